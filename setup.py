@@ -1,0 +1,20 @@
+"""Build pydsz's extension: the Cython binding compiled together with libdsz's C99 sources."""
+import glob
+import sys
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+# -O3 for the decoder's hot loops; MSVC takes its own flags
+extra = [] if sys.platform == "win32" else ["-O3", "-std=c99", "-Wall", "-Wextra"]
+
+core = Extension(
+    "pydsz._core",
+    sources=["pydsz/_core.pyx"] + sorted(glob.glob("libdsz/src/*.c")),
+    include_dirs=["libdsz/include", "libdsz/src", numpy.get_include()],
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    extra_compile_args=extra,
+)
+
+setup(ext_modules=cythonize([core], language_level=3))
