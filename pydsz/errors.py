@@ -1,0 +1,13 @@
+"""The exception family of pydsz: every error the library raises on purpose is a DszError."""
+
+
+class DszError(Exception):
+    """Root of pydsz's errors."""
+
+
+class FormatError(DszError):
+    """A stream or container is corrupt, truncated, of unknown magic or newer version, or fails its checksum."""
+
+
+class InputError(DszError, ValueError):
+    """Input from the user does not fit: a data file, a model, an argument."""
