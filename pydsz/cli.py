@@ -1,0 +1,151 @@
+"""The `dsz` command line.
+
+Exit status: 0 on success, 1 on a user error (one line on stderr, no traceback), 2 on a usage error.
+Every output is written to a temporary file and renamed, so a failure never leaves a partial file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import DszError
+
+
+def _bounds(text: str):
+    """`0.005` (every layer) or `fc1=0.005,fc2=0.01` (per layer)."""
+    try:
+        if "=" not in text:
+            return float(text)
+        bounds = {}
+        for item in text.split(","):
+            name, _, value = item.partition("=")
+            bounds[name.strip()] = float(value)
+        return bounds
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid error bound {text!r}: give a number (0.005) or name=value pairs (fc1=0.005,fc2=0.01)"
+        ) from None
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True))
+
+
+def _print_info(info: dict) -> None:
+    from .tables import format_table
+
+    rows = []
+    for t in info["tensors"]:
+        rows.append([t["name"], "x".join(map(str, t["shape"])), f"{t.get('density', 1.0):.3f}",
+                     f"{t['error_bound']:g}", t.get("data_bytes", "-"), t.get("index_bytes", "-"),
+                     t["original_bytes"], t["compressed_bytes"], f"{t['ratio']:.1f}x"])
+    print(format_table(["tensor", "shape", "density", "bound", "data B", "index B", "original B",
+                        "compressed B", "ratio"], rows))
+    total = info["compressed_tensors"]
+    ratio = f"{total['ratio']:.1f}x" if total["ratio"] else "-"
+    print(f"compressed tensors: {total['original_bytes']} -> {total['compressed_bytes']} bytes ({ratio}); "
+          f"rest of the model: {info['rest_bytes']} bytes (zstd); decoded model: {info['model_bytes']} bytes")
+
+
+def cmd_pack(args) -> None:
+    from .container import DszModel, pack_model, read_file, write_atomic
+
+    packed = pack_model(read_file(args.model), args.error_bound, layers=args.layers)
+    write_atomic(args.output, packed)
+    if not args.quiet:
+        _print_info(DszModel(packed).info())
+        print(f"wrote {args.output} ({len(packed)} bytes)")
+
+
+def cmd_decompress(args) -> None:
+    from .container import load, write_atomic
+
+    write_atomic(args.output, load(args.input).tflite_bytes())
+
+
+def cmd_info(args) -> None:
+    from .container import load
+
+    info = load(args.input).info()
+    if args.json:
+        _print_json(info)
+    else:
+        _print_info(info)
+
+
+def load_tflite(path) -> bytes:
+    """A .tflite file's bytes, or the decoded model of a .dsz file (told apart by magic, not name)."""
+    from .container import MAGIC, load, read_file
+
+    data = read_file(path)
+    return load(data).tflite_bytes() if data[:4] == MAGIC else data
+
+
+def cmd_eval(args) -> None:
+    from .data import load_npz
+    from .runtime import accuracy
+
+    model = load_tflite(args.model)
+    x, y = load_npz(args.data)
+    acc = accuracy(model, x, y, num_threads=args.num_threads)
+    if args.json:
+        _print_json({"model": str(args.model), "data": str(args.data), "samples": int(len(y)),
+                     "top1": acc})
+    else:
+        print(f"top-1 accuracy: {acc:.4f} ({len(y)} samples)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dsz", description="DeepSZ: error-bounded lossy compression "
+                                     "of neural network weights (.tflite -> .dsz -> .tflite)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("pack", help="compress a .tflite model with given error bounds",
+                       description="Compress a .tflite model's weight tensors with given absolute error bounds.")
+    p.add_argument("model", help="input .tflite model")
+    p.add_argument("--error-bound", "-e", type=_bounds, required=True,
+                   help="absolute bound for every layer (0.005) or per layer (fc1=0.005,fc2=0.01); 0 keeps a layer lossless")
+    p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
+                   help="which layers' weights to compress (default: fc, as in DeepSZ)")
+    p.add_argument("-o", "--output", required=True, help="output .dsz file")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
+    p.set_defaults(func=cmd_pack)
+
+    p = sub.add_parser("decompress", help="decode a .dsz file into a .tflite model",
+                       description="Decode a .dsz file into a .tflite model runnable by any TFLite interpreter.")
+    p.add_argument("input", help="input .dsz file")
+    p.add_argument("-o", "--output", required=True, help="output .tflite file")
+    p.set_defaults(func=cmd_decompress)
+
+    p = sub.add_parser("info", help="show what a .dsz file holds",
+                       description="Per compressed tensor: shape, density, bound, sizes and ratio.")
+    p.add_argument("input", help="input .dsz file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("eval", help="top-1 accuracy of a .tflite or .dsz model on a data set",
+                       description="Top-1 accuracy of a model on an .npz holding x (inputs) and y (integer labels).")
+    p.add_argument("model", help=".tflite or .dsz model")
+    p.add_argument("--data", required=True, help=".npz with arrays x and y")
+    p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except DszError as exc:
+        print(f"dsz: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("dsz: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""The .dsz model container: a whole .tflite model with its weight tensors error-bounded compressed.
+
+The model's bytes, with every compressed tensor's bytes zeroed, are kept losslessly with zstd (the
+zero runs cost next to nothing); a table says where each compressed tensor lives in the model file
+and holds the codec stream that rebuilds it. Decoding needs no flatbuffer parser: inflate the rest,
+then decode every tensor into its place. doc/format.md specifies the bytes.
+"""
+from __future__ import annotations
+
+import math
+import os
+import struct
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Union
+
+import numpy as np
+import zstandard
+
+from . import codec
+from .errors import DszError, FormatError, InputError
+
+MAGIC = b"DSZM"
+FORMAT_VERSION = 1
+# magic, version, flags, n_tensors, table bytes, model bytes, rest bytes, streams bytes
+_HEADER = struct.Struct("<4sHHIIQQQ")
+# offset, nbytes, buffer index, representation, dtype, ndim, reserved, bound, stream bytes, name bytes
+_ENTRY = struct.Struct("<QQIBBBBdQH")
+_CRC = struct.Struct("<I")
+_MAX_NDIM = 8
+_REPRESENTATIONS = {0: "dense", 1: "sparse"}
+_ZSTD_LEVEL = 19
+
+Bounds = Union[float, Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One compressed tensor: where its bytes go in the model file and the stream that rebuilds them."""
+
+    name: str
+    buffer_index: int
+    offset: int
+    nbytes: int
+    shape: tuple
+    representation: str
+    error_bound: float
+    stream: bytes
+
+
+def _crc(data) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def _encode_tensor(w: np.ndarray, bound: float) -> tuple[str, bytes]:
+    """The smaller of the sparse (pruned) and dense representations of a weight tensor."""
+    # conv kernels (OHWI) are coded as [O, H*W*I] matrices: the same bytes in the same order
+    matrix = w.reshape(w.shape[0] if w.ndim else 1, -1)
+    candidates = [("sparse", codec.encode_sparse(matrix, bound))]
+    # a dense stream can only pay off for a tensor that was not pruned
+    if np.count_nonzero(w) > w.size // 2:
+        candidates.append(("dense", codec.compress_array(w, bound)))
+    return min(candidates, key=lambda c: len(c[1]))
+
+
+def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
+    """Bound per layer name; 0 (or absent from a mapping) keeps a layer lossless."""
+    names = [layer.name for layer in layers]
+    if isinstance(error_bounds, Mapping):
+        unknown = sorted(set(error_bounds) - set(names))
+        if unknown:
+            raise InputError(
+                f"no compressible layer named {', '.join(unknown)}; the model has {', '.join(names) or 'none'}"
+            )
+        bounds = {name: float(error_bounds.get(name, 0.0)) for name in names}
+    else:
+        bounds = {name: float(error_bounds) for name in names}
+    for name, bound in bounds.items():
+        if not math.isfinite(bound) or bound < 0:
+            raise InputError(f"layer {name}: error bound {bound} must be a finite number >= 0")
+    return bounds
+
+
+def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") -> bytes:
+    """Compress a .tflite model into .dsz bytes.
+
+    error_bounds: one absolute bound for every compressible weight tensor of the chosen layers, or a
+    mapping from layer name (fc1, fc2, conv1, ...) to bound; a bound of 0 keeps a layer lossless.
+    layers: "fc", "conv" or "all".
+    """
+    from .model import TFLiteModel  # the flatbuffer reader is only needed to encode
+
+    kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}.get(layers)
+    if kinds is None:
+        raise InputError(f"layers must be fc, conv or all, not {layers!r}")
+    data = bytes(tflite_bytes)
+    model = TFLiteModel(data)
+    compressible = [layer for layer in model.layers(kinds=kinds) if layer.compressible]
+    bounds = _resolve_bounds(compressible, error_bounds)
+
+    # a buffer shared by several ops is compressed once, under the tightest bound asked of it
+    by_buffer: dict[int, list] = {}
+    for layer in compressible:
+        if bounds[layer.name] > 0:
+            by_buffer.setdefault(layer.buffer_index, []).append(layer)
+
+    entries = []
+    rest = bytearray(data)
+    for buffer_index, group in by_buffer.items():
+        layer = group[0]
+        bound = min(bounds[g.name] for g in group)
+        w = np.asarray(model.weight(layer), dtype=np.float32)
+        representation, stream = _encode_tensor(w, bound)
+        entries.append(TensorEntry(
+            name=",".join(g.name for g in group), buffer_index=buffer_index, offset=layer.offset,
+            nbytes=layer.nbytes, shape=tuple(w.shape), representation=representation,
+            error_bound=bound, stream=stream,
+        ))
+        rest[layer.offset:layer.offset + layer.nbytes] = bytes(layer.nbytes)
+    return _serialize(len(data), bytes(rest), entries)
+
+
+def _serialize(model_bytes: int, rest: bytes, entries: list[TensorEntry]) -> bytes:
+    rest_z = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True).compress(rest)
+    table = bytearray()
+    for e in entries:
+        name = e.name.encode()
+        rep = {v: k for k, v in _REPRESENTATIONS.items()}[e.representation]
+        table += _ENTRY.pack(e.offset, e.nbytes, e.buffer_index, rep, 0, len(e.shape), 0,
+                             e.error_bound, len(e.stream), len(name))
+        table += struct.pack(f"<{len(e.shape)}Q", *e.shape) + name
+    streams = b"".join(e.stream for e in entries)
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(entries), len(table), model_bytes,
+                          len(rest_z), len(streams))
+    head = header + bytes(table)
+    body = head + _CRC.pack(_crc(head)) + rest_z + streams
+    return body + _CRC.pack(_crc(body))
+
+
+class _Reader:
+    """Bounds-checked little-endian reads from an untrusted buffer."""
+
+    def __init__(self, buf: memoryview, pos: int, end: int, what: str):
+        self.buf, self.pos, self.end, self.what = buf, pos, end, what
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > self.end:
+            raise FormatError(f"{self.what}: truncated at byte {self.pos} (needs {n} more bytes)")
+        out = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: struct.Struct) -> tuple:
+        return fmt.unpack(self.take(fmt.size))
+
+
+def _parse(buf) -> tuple[int, memoryview, list[TensorEntry]]:
+    """Check magic, version, sizes and checksums, then read the table; returns (model size, rest, entries)."""
+    mv = memoryview(buf).cast("B")
+    if len(mv) < 4 or bytes(mv[:4]) != MAGIC:
+        raise FormatError("not a .dsz model file: wrong magic (expected 'DSZM')")
+    if len(mv) < _HEADER.size + 2 * _CRC.size:
+        raise FormatError(f"truncated .dsz file: {len(mv)} bytes is shorter than its header")
+    magic, version, flags, n_tensors, table_bytes, model_bytes, rest_bytes, streams_bytes = \
+        _HEADER.unpack(mv[:_HEADER.size])
+    if version > FORMAT_VERSION:
+        raise FormatError(f".dsz format version {version} is newer than this reader's ({FORMAT_VERSION}): "
+                          "upgrade pydsz")
+    if version == 0:
+        raise FormatError(".dsz format version 0 is not valid")
+    head_end = _HEADER.size + table_bytes
+    expected = head_end + _CRC.size + rest_bytes + streams_bytes + _CRC.size
+    if len(mv) < expected:
+        raise FormatError(f"truncated .dsz file: {len(mv)} bytes, its header declares {expected}")
+    if len(mv) > expected:
+        raise FormatError(f".dsz file has {len(mv) - expected} unexpected bytes after its end")
+    (head_crc,) = _CRC.unpack(mv[head_end:head_end + _CRC.size])
+    if _crc(mv[:head_end]) != head_crc:
+        raise FormatError("checksum mismatch in the .dsz header or tensor table: the file is corrupt")
+    (file_crc,) = _CRC.unpack(mv[expected - _CRC.size:expected])
+    if _crc(mv[:expected - _CRC.size]) != file_crc:
+        raise FormatError("checksum mismatch over the .dsz file: the file is corrupt")
+    if flags != 0:
+        raise FormatError(f".dsz header flags {flags:#x}: reserved bits must be zero")
+
+    table = _Reader(mv, _HEADER.size, head_end, "tensor table")
+    entries = []
+    stream_pos = head_end + _CRC.size + rest_bytes
+    stream_end = stream_pos + streams_bytes
+    for i in range(n_tensors):
+        offset, nbytes, buffer_index, rep, dtype, ndim, reserved, bound, stream_bytes, name_len = \
+            table.unpack(_ENTRY)
+        if rep not in _REPRESENTATIONS or dtype != 0 or reserved != 0 or ndim > _MAX_NDIM:
+            raise FormatError(f"tensor {i}: unknown representation, dtype or reserved field")
+        shape = struct.unpack(f"<{ndim}Q", table.take(8 * ndim))
+        name = bytes(table.take(name_len)).decode("utf-8", "replace")
+        if math.prod(shape) * 4 != nbytes or offset + nbytes > model_bytes:
+            raise FormatError(f"tensor {name}: shape {shape} or place [{offset}, +{nbytes}) "
+                              f"does not fit a model of {model_bytes} bytes")
+        if stream_pos + stream_bytes > stream_end:
+            raise FormatError(f"tensor {name}: stream runs past the end of the stream section")
+        stream = bytes(mv[stream_pos:stream_pos + stream_bytes])
+        stream_pos += stream_bytes
+        entries.append(TensorEntry(name, buffer_index, offset, nbytes, tuple(shape),
+                                   _REPRESENTATIONS[rep], bound, stream))
+    if table.pos != head_end or stream_pos != stream_end:
+        raise FormatError("tensor table sizes do not add up to the declared section sizes")
+    spans = sorted((e.offset, e.offset + e.nbytes) for e in entries)
+    if any(a_end > b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])):
+        raise FormatError("tensor table: two tensors overlap in the model file")
+    rest = mv[head_end + _CRC.size:head_end + _CRC.size + rest_bytes]
+    return model_bytes, rest, entries
+
+
+def _decode_tensor(e: TensorEntry) -> np.ndarray:
+    try:
+        if e.representation == "sparse":
+            w = codec.decode_sparse(e.stream)
+        else:
+            w = codec.decompress_array(e.stream)
+    except DszError as exc:
+        raise FormatError(f"tensor {e.name}: {exc}") from None
+    if w.size * 4 != e.nbytes or w.dtype != np.float32:
+        raise FormatError(f"tensor {e.name}: stream decodes to {w.dtype} {w.shape}, table says float32 {e.shape}")
+    return w.reshape(e.shape)
+
+
+class DszModel:
+    """A .dsz file opened for decoding: the model's bytes, its weights and what was done to them."""
+
+    def __init__(self, buf):
+        self._model_bytes, rest, self.entries = _parse(buf)
+        self._rest = rest
+        self._tflite = None
+
+    def tflite_bytes(self) -> bytes:
+        """The decoded .tflite model (cached after the first call)."""
+        if self._tflite is None:
+            try:
+                out = bytearray(zstandard.ZstdDecompressor().decompress(
+                    self._rest, max_output_size=self._model_bytes))
+            except zstandard.ZstdError as exc:
+                raise FormatError(f"the model's lossless section does not decompress: {exc}") from None
+            if len(out) != self._model_bytes:
+                raise FormatError(f"the model's lossless section holds {len(out)} bytes, "
+                                  f"the header declares {self._model_bytes}")
+            for e in self.entries:
+                out[e.offset:e.offset + e.nbytes] = _decode_tensor(e).astype("<f4", copy=False).tobytes()
+            self._tflite = bytes(out)
+        return self._tflite
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """Decoded weight tensors by layer name (a shared buffer appears under each of its layers)."""
+        out = {}
+        for e in self.entries:
+            w = _decode_tensor(e)
+            for name in e.name.split(","):
+                out[name] = w
+        return out
+
+    def info(self) -> dict:
+        """Per compressed tensor: shape, density, bound, original and compressed bytes, ratio; and totals."""
+        tensors = []
+        for e in self.entries:
+            row = {"name": e.name, "buffer": e.buffer_index, "shape": list(e.shape),
+                   "representation": e.representation, "error_bound": e.error_bound,
+                   "original_bytes": e.nbytes, "compressed_bytes": len(e.stream),
+                   "ratio": e.nbytes / max(len(e.stream), 1)}
+            if e.representation == "sparse":
+                s = codec.sparse_info(e.stream)
+                row.update(density=s["nnz"] / max(e.nbytes // 4, 1), data_bytes=s["data_bytes"],
+                           index_bytes=s["index_bytes"], index_codec=s["index_codec"])
+            tensors.append(row)
+        original = sum(t["original_bytes"] for t in tensors)
+        compressed = sum(t["compressed_bytes"] for t in tensors)
+        return {
+            "format_version": FORMAT_VERSION, "model_bytes": self._model_bytes,
+            "rest_bytes": len(self._rest), "tensors": tensors,
+            "compressed_tensors": {"original_bytes": original, "compressed_bytes": compressed,
+                                   "ratio": original / compressed if compressed else None},
+        }
+
+    def interpreter(self, num_threads: int | None = None):
+        """A TFLite Interpreter on the decoded model (ai-edge-litert, else tflite-runtime, else TensorFlow)."""
+        from .runtime import make_interpreter
+
+        return make_interpreter(self.tflite_bytes(), num_threads=num_threads)
+
+
+def load(path_or_bytes) -> DszModel:
+    """Open a .dsz model from a path or from bytes."""
+    if isinstance(path_or_bytes, (str, os.PathLike)):
+        return DszModel(read_file(path_or_bytes))
+    return DszModel(path_or_bytes)
+
+
+def read_file(path) -> bytes:
+    """A file's bytes, with a one-line InputError instead of an OSError traceback."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror}") from None
+
+
+def write_atomic(path, data: bytes) -> None:
+    """Write through a temporary file in the same directory and rename it, so no partial file is ever left."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_model(tflite_path, dsz_path, error_bounds: Bounds, layers: str = "fc") -> DszModel:
+    """Compress the .tflite at tflite_path into dsz_path; returns the written model, opened."""
+    packed = pack_model(read_file(tflite_path), error_bounds, layers=layers)
+    write_atomic(dsz_path, packed)
+    return DszModel(packed)
