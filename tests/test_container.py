@@ -1,0 +1,179 @@
+"""The .dsz container on the real reference models: bounds, lossless identity, corruption refused."""
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+import pydsz
+from pydsz import container
+from pydsz.data import bundled, load_npz
+from pydsz.errors import FormatError, InputError
+from pydsz.model import TFLiteModel
+
+MODELS = ["lenet300.tflite", "lenet5.tflite", "lenet300_ool.tflite"]
+
+
+def _model_bytes(name):
+    return bundled(name).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def packed_lenet300():
+    return pydsz.pack_model(_model_bytes("lenet300.tflite"), 0.01)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_weights_within_bound_and_rest_identical(name):
+    original = _model_bytes(name)
+    bound = 0.005
+    decoded = pydsz.load(pydsz.pack_model(original, bound)).tflite_bytes()
+    assert len(decoded) == len(original)
+    before, after = TFLiteModel(original), TFLiteModel(decoded)
+    changed = np.zeros(len(original), bool)
+    for layer in before.layers(kinds=("fc",)):
+        w0, w1 = before.weight(layer), after.weight(layer)
+        err = np.abs(w0.astype(np.float64) - w1.astype(np.float64))
+        assert err.max() <= bound
+        assert np.array_equal(w0 == 0, w1 == 0)
+        changed[layer.offset:layer.offset + layer.nbytes] = True
+    a, b = np.frombuffer(original, np.uint8), np.frombuffer(decoded, np.uint8)
+    assert np.array_equal(a[~changed], b[~changed])
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize("name", MODELS)
+def test_accuracy_kept_in_the_interpreter(name):
+    from pydsz.runtime import accuracy
+
+    x, y = load_npz(bundled("fmnist_test.npz"))
+    original = _model_bytes(name)
+    m = pydsz.load(pydsz.pack_model(original, 0.005))
+    before = accuracy(original, x, y)
+    after = accuracy(m.tflite_bytes(), x, y)
+    assert abs(before - after) <= 0.001
+    assert m.interpreter() is not None
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_lossless_is_byte_identical(name):
+    original = _model_bytes(name)
+    m = pydsz.load(pydsz.pack_model(original, 0.0))
+    assert m.tflite_bytes() == original
+    assert m.info()["tensors"] == []
+
+
+def test_per_layer_bounds_keep_unnamed_layers_lossless():
+    original = _model_bytes("lenet300.tflite")
+    decoded = pydsz.load(pydsz.pack_model(original, {"fc1": 0.02, "fc3": 0.0}))
+    info = decoded.info()
+    assert [(t["name"], t["error_bound"]) for t in info["tensors"]] == [("fc1", 0.02)]
+    before, after = TFLiteModel(original), TFLiteModel(decoded.tflite_bytes())
+    for layer in before.layers(kinds=("fc",))[1:]:
+        assert np.array_equal(before.weight(layer), after.weight(layer))
+
+
+def test_info_reports_sizes(packed_lenet300):
+    m = pydsz.load(packed_lenet300)
+    info = m.info()
+    for t in info["tensors"]:
+        assert t["ratio"] == pytest.approx(t["original_bytes"] / t["compressed_bytes"])
+        assert 0 < t["density"] <= 1
+        assert t["data_bytes"] + t["index_bytes"] <= t["compressed_bytes"]
+    assert set(m.weights()) == {"fc1", "fc2", "fc3"}
+
+
+def test_unknown_layer_name_is_refused():
+    with pytest.raises(InputError, match="fc9"):
+        pydsz.pack_model(_model_bytes("lenet300.tflite"), {"fc9": 0.01})
+
+
+@pytest.mark.parametrize("bound", [-1.0, float("nan"), float("inf")])
+def test_bad_bound_is_refused(bound):
+    with pytest.raises(InputError, match="error bound"):
+        pydsz.pack_model(_model_bytes("lenet300.tflite"), bound)
+
+
+def test_shared_buffer_is_compressed_once():
+    original = _model_bytes("shared.tflite")
+    m = pydsz.load(pydsz.pack_model(original, 0.01))
+    tensors = m.info()["tensors"]
+    shared = [t for t in tensors if "," in t["name"]]
+    assert len(shared) == 1
+    weights = m.weights()
+    a, b = shared[0]["name"].split(",")
+    assert weights[a] is weights[b]
+
+
+def test_every_truncation_is_refused():
+    packed = pydsz.pack_model(_model_bytes("shared.tflite"), 0.01)
+    for n in range(len(packed)):
+        with pytest.raises(FormatError):
+            pydsz.load(packed[:n])
+
+
+def test_every_bit_flip_is_detected():
+    packed = pydsz.pack_model(_model_bytes("shared.tflite"), 0.01)
+    buf = bytearray(packed)
+    for bit in range(len(buf) * 8):
+        buf[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(FormatError):
+            pydsz.load(bytes(buf)).tflite_bytes()
+        buf[bit // 8] ^= 1 << (bit % 8)
+
+
+def test_bit_flips_in_a_large_file_are_detected(packed_lenet300):
+    rng = np.random.default_rng(7)
+    buf = bytearray(packed_lenet300)
+    for bit in rng.choice(len(buf) * 8, 300, replace=False):
+        buf[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(FormatError):
+            pydsz.load(bytes(buf)).tflite_bytes()
+        buf[bit // 8] ^= 1 << (bit % 8)
+
+
+def _with_header_field(packed, offset, fmt, value):
+    """Rewrite a header field and fix both checksums, as a newer writer would have."""
+    buf = bytearray(packed)
+    struct.pack_into(fmt, buf, offset, value)
+    head_end = container._HEADER.size + struct.unpack_from("<I", buf, 12)[0]
+    struct.pack_into("<I", buf, head_end, zlib.crc32(buf[:head_end]))
+    struct.pack_into("<I", buf, len(buf) - 4, zlib.crc32(buf[:-4]))
+    return bytes(buf)
+
+
+def test_newer_format_version_is_named(packed_lenet300):
+    newer = _with_header_field(packed_lenet300, 4, "<H", container.FORMAT_VERSION + 1)
+    with pytest.raises(FormatError, match="version 2 is newer"):
+        pydsz.load(newer)
+
+
+def test_wrong_magic_is_named(packed_lenet300):
+    with pytest.raises(FormatError, match="magic"):
+        pydsz.load(b"XXXX" + packed_lenet300[4:])
+    with pytest.raises(FormatError, match="magic"):
+        pydsz.load(_model_bytes("lenet300.tflite"))
+
+
+def test_reserved_flags_must_be_zero(packed_lenet300):
+    with pytest.raises(FormatError, match="reserved"):
+        pydsz.load(_with_header_field(packed_lenet300, 6, "<H", 1))
+
+
+def test_frozen_fixture_keeps_decoding():
+    """A file written by format version 1 must decode to the same model forever."""
+    from pathlib import Path
+    import hashlib
+
+    fixtures = Path(__file__).parent / "fixtures"
+    m = pydsz.load(fixtures / "shared-v1.dsz")
+    expected = (fixtures / "shared-v1.tflite.sha256").read_text().split()[0]
+    assert hashlib.sha256(m.tflite_bytes()).hexdigest() == expected
+
+
+def test_write_model_from_paths(tmp_path):
+    out = tmp_path / "m.dsz"
+    m = pydsz.write_model(bundled("lenet300.tflite"), out, 0.01)
+    assert out.read_bytes()[:4] == b"DSZM"
+    assert pydsz.load(out).tflite_bytes() == m.tflite_bytes()
+    assert [p.name for p in tmp_path.iterdir()] == ["m.dsz"]
