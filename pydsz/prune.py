@@ -1,0 +1,346 @@
+"""Step 1 of DeepSZ: magnitude pruning of FC layers, then retraining with the masks held.
+
+The conv trunk stays frozen: the input of the first FC layer is captured once through the
+interpreter, and the FC tail is retrained on those cached activations in numpy (Adam, softmax
+cross-entropy on the tail's output, masks re-applied after every step, fixed seed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence, Union
+
+import numpy as np
+
+from pydsz.errors import InputError
+
+# Fewer training samples than this cannot retrain anything worth keeping.
+MIN_TRAIN_SAMPLES = 100
+# A layer whose weights are at least this sparse is taken as already pruned and left alone.
+ALREADY_SPARSE = 0.5
+# The ladder `auto` climbs, layer by layer.
+AUTO_LADDER = (0.5, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98)
+
+Sparsity = Union[float, Mapping[str, float], str]
+
+
+@dataclass
+class Dense:
+    """One FC layer of the tail: y = act(x @ weight.T + bias), weight stored [out, in] as in TFLite."""
+
+    name: str
+    weight: np.ndarray
+    bias: np.ndarray
+    activation: str = "NONE"  # TFLite's name: NONE, RELU, RELU6, RELU_N1_TO_1, TANH, LOGISTIC
+    train_bias: bool = True  # False where the model cannot store a retrained bias (absent or shared)
+
+
+def _relu6_grad(z: np.ndarray, a: np.ndarray) -> np.ndarray:
+    return ((z > 0) & (z < 6)).astype(z.dtype)
+
+
+# name -> (forward, derivative given pre-activation z and activation a)
+ACTIVATIONS: dict[str, tuple[Callable, Callable]] = {
+    "NONE": (lambda z: z, lambda z, a: np.ones_like(z)),
+    "RELU": (lambda z: np.maximum(z, 0), lambda z, a: (z > 0).astype(z.dtype)),
+    "RELU6": (lambda z: np.clip(z, 0, 6), _relu6_grad),
+    "RELU_N1_TO_1": (lambda z: np.clip(z, -1, 1), lambda z, a: ((z > -1) & (z < 1)).astype(z.dtype)),
+    "TANH": (np.tanh, lambda z, a: 1 - a * a),
+    "LOGISTIC": (lambda z: 1 / (1 + np.exp(-z)), lambda z, a: a * (1 - a)),
+}
+
+
+def density(weight: np.ndarray) -> float:
+    """Fraction of non-zero entries."""
+    return float(np.count_nonzero(weight)) / max(1, weight.size)
+
+
+def magnitude_mask(weight: np.ndarray, sparsity: float) -> np.ndarray:
+    """Boolean mask keeping the largest-magnitude (1 - sparsity) share of the entries."""
+    if not 0 <= sparsity < 1:
+        raise InputError(f"sparsity {sparsity}: must be in [0, 1)")
+    n_prune = int(round(sparsity * weight.size))
+    mask = np.ones(weight.shape, bool)
+    if n_prune:
+        # argpartition gives exactly n_prune entries even when magnitudes tie.
+        order = np.argpartition(np.abs(weight).ravel(), n_prune - 1)[:n_prune]
+        mask.ravel()[order] = False
+    return mask
+
+
+def forward(layers: Sequence[Dense], h: np.ndarray) -> np.ndarray:
+    """The tail's output (logits, before any final softmax) for a batch of cached inputs."""
+    h = h.reshape(len(h), -1).astype(np.float32, copy=False)
+    for layer in layers:
+        h = ACTIVATIONS[layer.activation][0](h @ layer.weight.T + layer.bias)
+    return h
+
+
+def count_correct(layers: Sequence[Dense], h: np.ndarray, y: np.ndarray, batch: int = 4096) -> int:
+    """How many samples the tail classifies correctly (top-1)."""
+    return sum(
+        int(np.sum(np.argmax(forward(layers, h[i : i + batch]), axis=1) == y[i : i + batch]))
+        for i in range(0, len(h), batch)
+    )
+
+
+@dataclass
+class _Adam:
+    lr: float
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    t: int = 0
+    state: dict = field(default_factory=dict)
+
+    def step(self, key: str, param: np.ndarray, grad: np.ndarray, lr: float) -> None:
+        m, v = self.state.get(key, (np.zeros_like(param), np.zeros_like(param)))
+        m = self.beta1 * m + (1 - self.beta1) * grad
+        v = self.beta2 * v + (1 - self.beta2) * grad * grad
+        self.state[key] = (m, v)
+        m_hat = m / (1 - self.beta1**self.t)
+        v_hat = v / (1 - self.beta2**self.t)
+        param -= (lr * m_hat / (np.sqrt(v_hat) + self.eps)).astype(param.dtype)
+
+
+def retrain(
+    layers: Sequence[Dense],
+    masks: Mapping[str, np.ndarray],
+    h: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: float = 4,
+    lr: float = 1e-3,
+    batch_size: int = 128,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[Dense]:
+    """Retrain the tail on cached inputs `h` with labels `y`; masked weights stay exactly zero.
+
+    Returns new layers (the inputs are not modified). `epochs` may be fractional (short
+    retraining for the `auto` search). The learning rate decays linearly to zero, which settles
+    the weights and so makes the result depend less on where the last epoch stopped.
+    """
+    from tqdm import tqdm
+
+    if len(h) < MIN_TRAIN_SAMPLES:
+        raise InputError(f"training set of {len(h)} samples: too small to retrain (need >= {MIN_TRAIN_SAMPLES})")
+    h = h.reshape(len(h), -1).astype(np.float32, copy=False)
+    n_out = layers[-1].weight.shape[0]
+    if y.min() < 0 or y.max() >= n_out:
+        raise InputError(f"training labels span {y.min()}..{y.max()}: the model has {n_out} classes")
+    # Scale the input to unit RMS and the first weights inversely: the same function, but Adam's
+    # per-weight steps are then comparable across layers (inputs may be raw pixels 0..255).
+    scale = float(np.sqrt(np.mean(np.square(h[: min(len(h), 10000)], dtype=np.float64)))) or 1.0
+    params = [replace(l, weight=l.weight.astype(np.float32) * (scale if i == 0 else 1.0),
+                      bias=l.bias.astype(np.float32).copy()) for i, l in enumerate(layers)]
+    keep = [masks.get(l.name) for l in params]
+    for p, m in zip(params, keep):
+        if m is not None:
+            p.weight *= m
+    rng = np.random.default_rng(seed)
+    steps_per_epoch = max(1, len(h) // batch_size)
+    total = max(1, int(round(epochs * steps_per_epoch)))
+    opt = _Adam(lr)
+    bar = tqdm(total=total, desc="retrain", unit="step", disable=not progress, leave=False)
+    order = rng.permutation(len(h))
+    pos = 0
+    for step in range(total):
+        if pos + batch_size > len(h):
+            order, pos = rng.permutation(len(h)), 0
+        idx = order[pos : pos + batch_size]
+        pos += batch_size
+        grads = _gradients(params, h[idx] / scale, y[idx])
+        opt.t += 1
+        step_lr = lr * (1 - step / total)
+        for p, m, (gw, gb) in zip(params, keep, grads):
+            if m is not None:
+                gw *= m
+            opt.step(p.name + ".w", p.weight, gw, step_lr)
+            if p.train_bias:
+                opt.step(p.name + ".b", p.bias, gb, step_lr)
+            if m is not None:
+                p.weight *= m  # Adam's momentum must not revive a pruned weight.
+        bar.update()
+    bar.close()
+    params[0].weight /= scale
+    if keep[0] is not None:
+        params[0].weight *= keep[0]
+    return params
+
+
+def _gradients(layers: Sequence[Dense], x: np.ndarray, y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Gradients of the mean softmax cross-entropy of the tail's output w.r.t. each weight and bias."""
+    inputs, pre, post = [], [], []
+    h = x
+    for layer in layers:
+        inputs.append(h)
+        z = h @ layer.weight.T + layer.bias
+        h = ACTIVATIONS[layer.activation][0](z)
+        pre.append(z)
+        post.append(h)
+    logits = h - h.max(axis=1, keepdims=True)
+    prob = np.exp(logits)
+    prob /= prob.sum(axis=1, keepdims=True)
+    prob[np.arange(len(y)), y] -= 1
+    delta = prob / len(y)
+    grads = []
+    for i in range(len(layers) - 1, -1, -1):
+        delta = delta * ACTIVATIONS[layers[i].activation][1](pre[i], post[i])
+        grads.append((delta.T @ inputs[i], delta.sum(axis=0)))
+        if i:
+            delta = delta @ layers[i].weight
+    return grads[::-1]
+
+
+@dataclass
+class PruneResult:
+    """A pruned and retrained model and what was done to it (accuracies on the validation set)."""
+
+    tflite: bytes
+    sparsity: dict[str, float]  # per FC layer, after pruning (already-sparse layers included)
+    pruned: list[str]  # the layers pruned now
+    already_sparse: list[str]  # layers found sparse and left as they were
+    top1_before: float
+    top1_after: float
+
+
+def tail_layers(tail) -> list[Dense]:
+    """The numpy tail (pydsz.tail.Tail) as trainable Dense layers; InputError if it is not a plain MLP.
+
+    Reshapes are no-ops on flattened activations, a standalone activation op folds into the FC
+    layer before it, and a final SOFTMAX is the loss's own softmax.
+    """
+    layers: list[Dense] = []
+    for i, step in enumerate(tail.steps):
+        if step.kind == "fc":
+            layers.append(Dense(step.name, tail.weights[step.name].copy(), tail.biases[step.name].copy(),
+                                step.activation))
+        elif step.kind == "reshape":
+            continue
+        elif step.kind == "activation" and layers and layers[-1].activation == "NONE" and step.op in ACTIVATIONS:
+            layers[-1].activation = step.op
+        elif step.kind == "softmax" and step.op == "SOFTMAX" and step.beta == 1.0 and i == len(tail.steps) - 1:
+            continue
+        else:
+            raise InputError(f"cannot retrain the FC tail: op {step.op} after {layers[-1].name if layers else 'the input'} "
+                             "is not supported by the numpy trainer")
+        if layers[-1].activation not in ACTIVATIONS:
+            raise InputError(f"cannot retrain {layers[-1].name}: activation {layers[-1].activation} is not supported")
+    return layers
+
+
+def _targets(names: list[str], sparsity: Sparsity) -> dict[str, float] | str:
+    if isinstance(sparsity, str):
+        if sparsity != "auto":
+            raise InputError(f"sparsity {sparsity!r}: give a number, name=value pairs or 'auto'")
+        return "auto"
+    if isinstance(sparsity, Mapping):
+        unknown = sorted(set(sparsity) - set(names))
+        if unknown:
+            raise InputError(f"no prunable FC layer named {', '.join(unknown)} (have: {', '.join(names)})")
+        targets = {k: float(v) for k, v in sparsity.items()}
+    else:
+        targets = {name: float(sparsity) for name in names}
+    for name, s in targets.items():
+        if not 0 <= s < 1:
+            raise InputError(f"layer {name}: sparsity {s} must be in [0, 1)")
+    return targets
+
+
+def _masks(layers: Sequence[Dense], targets: Mapping[str, float]) -> dict[str, np.ndarray]:
+    """Magnitude masks for the targeted layers; every other layer keeps its own zeros."""
+    return {l.name: magnitude_mask(l.weight, targets[l.name]) if l.name in targets else l.weight != 0
+            for l in layers}
+
+
+def auto_sparsity(
+    layers: list[Dense], h: np.ndarray, y: np.ndarray, h_val: np.ndarray, y_val: np.ndarray,
+    names: Sequence[str], budget: float, epochs: float = 0.5, seed: int = 0, progress: bool = False,
+) -> tuple[dict[str, float], list[Dense]]:
+    """Per layer in turn, climb AUTO_LADDER with short retraining while the validation loss stays
+    within `budget` (accuracy) of the start; keep the last good sparsity and weights."""
+    from tqdm import tqdm
+
+    start = count_correct(layers, h_val, y_val)
+    allowed = int(budget * len(y_val) + 1e-6)
+    chosen: dict[str, float] = {}
+    with tqdm(total=len(names) * len(AUTO_LADDER), desc="auto sparsity", disable=not progress, leave=False) as bar:
+        for name in names:
+            for tried, s in enumerate(AUTO_LADDER, 1):
+                trial = retrain(layers, _masks(layers, {**chosen, name: s}), h, y, epochs=epochs, seed=seed)
+                bar.update()
+                if start - count_correct(trial, h_val, y_val) > allowed:
+                    bar.update(len(AUTO_LADDER) - tried)
+                    break
+                chosen[name], layers = s, trial
+    return chosen, layers
+
+
+def prune_model(
+    tflite_bytes: bytes, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
+    sparsity: Sparsity, *, epochs: float = 4, auto_budget: float = 0.001, seed: int = 0,
+    progress: bool = False, num_threads: int | None = None,
+) -> PruneResult:
+    """Prune the FC layers of a .tflite model by magnitude and retrain its FC tail with the masks held.
+
+    sparsity: one fraction for every FC layer, {layer: fraction}, or "auto" (per layer as high as
+    the validation accuracy allows within auto_budget). Layers already at least ALREADY_SPARSE
+    sparse are left alone. The trunk before the first FC layer stays frozen: its output is
+    captured once and the tail retrains on it.
+    """
+    from pydsz import runtime
+    from pydsz.model import TFLiteModel
+    from pydsz.tail import Tail
+
+    data = bytes(tflite_bytes)
+    model = TFLiteModel(data)
+    fcs = [l for l in model.layers(("fc",)) if l.compressible and not l.shared_with]
+    if not fcs:
+        raise InputError("the model has no prunable FC layer (float32 constant weights used by one layer)")
+    (x, y), (x_val, y_val) = train, val
+    if len(x) < MIN_TRAIN_SAMPLES:
+        raise InputError(f"training set of {len(x)} samples: too small to retrain (need >= {MIN_TRAIN_SAMPLES})")
+    top1_before = runtime.accuracy(data, x_val, y_val, num_threads=num_threads)
+    tail = Tail.from_model(model, fcs[0].name, strict=True)
+    layers = tail_layers(tail)
+    storable = _bias_buffers(model, layers)
+    for l in layers:
+        l.train_bias = model.layer(l.name).bias is not None and model.tensors[model.layer(l.name).bias].buffer in storable
+    already = [l.name for l in layers if 1 - density(l.weight) >= ALREADY_SPARSE]
+    todo = [l.name for l in layers if l.name not in already and l.name in {f.name for f in fcs}]
+    targets = _targets(todo, sparsity)
+    if isinstance(targets, dict):
+        targets = {k: v for k, v in targets.items() if k not in already}
+    if not todo or not targets:
+        return PruneResult(data, {l.name: 1 - density(l.weight) for l in layers}, [], already,
+                           top1_before, top1_before)
+    runtime.accuracy(data, x[:1], y[:1], num_threads=num_threads)  # checks shape and labels up front
+    h = runtime.capture(data, x, tail.input_tensor, num_threads=num_threads)
+    h_val = runtime.capture(data, x_val, tail.input_tensor, num_threads=num_threads)
+    y, y_val = np.asarray(y), np.asarray(y_val)
+    if targets == "auto":
+        targets, layers = auto_sparsity(layers, h, y, h_val, y_val, todo, auto_budget, seed=seed,
+                                        progress=progress)
+    layers = retrain(layers, _masks(layers, targets), h, y, epochs=epochs, seed=seed, progress=progress)
+    biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
+    out = model.replace({**{l.name: l.weight for l in layers}, **biases})
+    return PruneResult(out, {l.name: 1 - density(l.weight) for l in layers}, sorted(targets), already,
+                       top1_before, runtime.accuracy(out, x_val, y_val, num_threads=num_threads))
+
+
+def _bias_buffers(model, layers: Sequence[Dense]) -> dict[int, Dense]:
+    """The layers whose bias can be retrained, by bias buffer: those whose buffer no other tensor
+    reads (the converter merges identical constants, e.g. zero biases; a shared one stays frozen)."""
+    readers: dict[int, int] = {}
+    for t in model.tensors:
+        if t.buffer:
+            readers[t.buffer] = readers.get(t.buffer, 0) + 1
+    out = {}
+    for l in layers:
+        layer = model.layer(l.name)
+        if layer.bias is not None:
+            buffer = model.tensors[layer.bias].buffer
+            if buffer and readers.get(buffer) == 1 and model.constant(layer.bias) is not None:
+                out[buffer] = l
+    return out

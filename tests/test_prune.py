@@ -1,0 +1,89 @@
+"""Pruning: masks of the asked sparsity, masked retraining on synthetic data, and on a reference model."""
+
+import numpy as np
+import pytest
+
+from pydsz.errors import InputError
+from pydsz.prune import (Dense, _gradients, count_correct, density, forward, magnitude_mask,
+                         retrain)
+
+
+def _task(seed=0, n=6000, d=40, classes=5):
+    """A separable synthetic problem and a trained 2-layer MLP for it."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d)).astype(np.float32) * 50  # raw-pixel-like scale
+    teacher = rng.normal(size=(classes, d))
+    y = np.argmax(x @ teacher.T, axis=1)
+    layers = [Dense("fc1", rng.normal(size=(48, d)).astype(np.float32) * 0.002, np.zeros(48, np.float32), "RELU"),
+              Dense("fc2", rng.normal(size=(classes, 48)).astype(np.float32) * 0.1, np.zeros(classes, np.float32))]
+    return x, y, retrain(layers, {}, x, y, epochs=10, lr=1e-2)
+
+
+@pytest.mark.parametrize("sparsity", [0.0, 0.5, 0.92, 0.99])
+def test_magnitude_mask_reaches_the_asked_sparsity(sparsity):
+    w = np.random.default_rng(1).normal(size=(300, 78)).astype(np.float32)
+    mask = magnitude_mask(w, sparsity)
+    assert mask.sum() == w.size - round(sparsity * w.size)
+    assert np.abs(w[mask]).min() >= np.abs(w[~mask]).max(initial=0)
+
+
+def test_magnitude_mask_rejects_a_sparsity_outside_0_1():
+    with pytest.raises(InputError, match="sparsity"):
+        magnitude_mask(np.ones((2, 2)), 1.0)
+
+
+def test_gradients_match_finite_differences():
+    rng = np.random.default_rng(2)
+    layers = [Dense("a", rng.normal(size=(6, 4)), rng.normal(size=6), "TANH"),
+              Dense("b", rng.normal(size=(3, 6)), rng.normal(size=3), "LOGISTIC")]
+    x, y = rng.normal(size=(9, 4)), rng.integers(0, 3, 9)
+
+    def loss():
+        z = forward(layers, x).astype(np.float64)
+        z = z - z.max(axis=1, keepdims=True)
+        return -np.mean(z[np.arange(9), y] - np.log(np.exp(z).sum(axis=1)))
+
+    grads = _gradients(layers, x, y)
+    for layer, (gw, _) in zip(layers, grads):
+        for idx in [(0, 0), (2, 1)]:
+            layer.weight[idx] += 1e-6
+            up = loss()
+            layer.weight[idx] -= 2e-6
+            down = loss()
+            layer.weight[idx] += 1e-6
+            assert (up - down) / 2e-6 == pytest.approx(gw[idx], rel=1e-4, abs=1e-8)
+
+
+def test_retraining_holds_the_masks_and_recovers_accuracy():
+    x, y, layers = _task()
+    dense_correct = count_correct(layers, x, y)
+    masks = {l.name: magnitude_mask(l.weight, 0.7) for l in layers}
+    pruned = [Dense(l.name, l.weight * masks[l.name], l.bias, l.activation) for l in layers]
+    pruned_correct = count_correct(pruned, x, y)
+    retrained = retrain(pruned, masks, x, y, epochs=4, lr=1e-2)
+    for l in retrained:
+        assert np.all(l.weight[~masks[l.name]] == 0)
+        assert density(l.weight) == pytest.approx(0.3, abs=1e-3)
+    assert count_correct(retrained, x, y) > pruned_correct
+    assert count_correct(retrained, x, y) > 0.9 * dense_correct
+
+
+def test_retraining_is_deterministic_and_leaves_its_input_alone():
+    x, y, layers = _task(n=1000)
+    before = [l.weight.copy() for l in layers]
+    a = retrain(layers, {}, x, y, epochs=1, seed=3)
+    b = retrain(layers, {}, x, y, epochs=1, seed=3)
+    assert all(np.array_equal(p.weight, q.weight) for p, q in zip(a, b))
+    assert all(np.array_equal(l.weight, w) for l, w in zip(layers, before))
+
+
+def test_too_small_a_training_set_is_an_input_error():
+    x, y, layers = _task(n=1000)
+    with pytest.raises(InputError, match="too small"):
+        retrain(layers, {}, x[:50], y[:50])
+
+
+def test_labels_beyond_the_outputs_are_an_input_error():
+    x, y, layers = _task(n=1000)
+    with pytest.raises(InputError, match="classes"):
+        retrain(layers, {}, x, y + 10)
