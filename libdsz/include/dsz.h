@@ -1,0 +1,217 @@
+/*
+ * libdsz: error-bounded lossy compression of (pruned) neural-network weights.
+ *
+ * Portable C99, no dependencies. Every function that can fail returns a size_t
+ * that is either a size or an error code: test it with dsz_isError(), name it
+ * with dsz_getErrorName(). Output buffers are owned by the caller and sized
+ * with the *Bound() functions. The library never prints and never aborts.
+ *
+ * Memory: dsz_compress() and dsz_encodeSparse() malloc internal scratch space
+ * (about 8 bytes per value) and free it before returning; dsz_decompressArray(),
+ * dsz_decodeSparse() and dsz_decompress() malloc a small decoding table
+ * (at most 16 bytes per alphabet symbol, i.e. <= 32 MiB for the largest radius).
+ * All other functions allocate nothing.
+ *
+ * The byte format is specified in doc/format.md (format version DSZ_FORMAT_VERSION).
+ */
+#ifndef DSZ_H
+#define DSZ_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSZ_VERSION_MAJOR 0
+#define DSZ_VERSION_MINOR 1
+#define DSZ_VERSION_PATCH 0
+#define DSZ_VERSION_NUMBER (DSZ_VERSION_MAJOR * 10000 + DSZ_VERSION_MINOR * 100 + DSZ_VERSION_PATCH)
+/* version of the byte format written; decoders accept versions <= this one */
+#define DSZ_FORMAT_VERSION 1
+
+#define DSZ_MAX_NDIM 8
+#define DSZ_RADIUS_DEFAULT 32768u
+#define DSZ_RADIUS_MAX (1u << 20)
+/* largest element count of one array or dense matrix (2^36 floats = 256 GiB) */
+#define DSZ_MAX_ELEMENTS (1ull << 36)
+
+/* predictors; DSZ_PRED_AUTO (parameter only) picks the smaller estimated stream */
+#define DSZ_PRED_NONE 0u
+#define DSZ_PRED_LORENZO 1u
+#define DSZ_PRED_AUTO 255u
+
+/* error-bound modes, informational: the stream always holds the absolute bound */
+#define DSZ_MODE_ABS 0u
+#define DSZ_MODE_REL 1u
+
+/* lossless codecs that may wrap a section; libdsz itself reads only DSZ_LOSSLESS_NONE */
+#define DSZ_LOSSLESS_NONE 0u
+#define DSZ_LOSSLESS_ZSTD 1u
+#define DSZ_LOSSLESS_LZMA 2u
+#define DSZ_LOSSLESS_BZ2 3u
+#define DSZ_LOSSLESS_ZLIB 4u
+
+/* index codecs of the sparse stream */
+#define DSZ_INDEX_GAP8 0u    /* DeepSZ: 8-bit gaps, 0 = skip 255 (meant for a lossless wrapper) */
+#define DSZ_INDEX_HUFFGAP 1u /* the same gap symbols, canonical-Huffman coded */
+
+/* frame kinds */
+#define DSZ_KIND_ARRAY 1u
+#define DSZ_KIND_SPARSE 2u
+
+/* stable error codes: values never change, new ones are appended */
+typedef enum {
+    DSZ_error_no_error = 0,
+    DSZ_error_GENERIC = 1,
+    DSZ_error_prefix_unknown = 10,
+    DSZ_error_version_unsupported = 12,
+    DSZ_error_frameParameter_unsupported = 14,
+    DSZ_error_corruption_detected = 20,
+    DSZ_error_parameter_unsupported = 40,
+    DSZ_error_parameter_outOfBound = 42,
+    DSZ_error_memory_allocation = 64,
+    DSZ_error_dstSize_tooSmall = 70,
+    DSZ_error_srcSize_wrong = 72,
+    DSZ_error_maxCode = 120
+} dsz_ErrorCode;
+
+/* Compression parameters. */
+typedef struct {
+    double errorBound; /* absolute bound actually enforced: finite, > 0 */
+    double userBound;  /* the user's value (the relative one in DSZ_MODE_REL), stored for information */
+    unsigned mode;      /* DSZ_MODE_ABS or DSZ_MODE_REL (informational) */
+    unsigned predictor; /* DSZ_PRED_NONE, DSZ_PRED_LORENZO or DSZ_PRED_AUTO */
+    unsigned radius;    /* quantization radius, 1..DSZ_RADIUS_MAX; 0 means DSZ_RADIUS_DEFAULT */
+} dsz_params;
+
+/* A parsed frame header (array or sparse). */
+typedef struct {
+    unsigned kind;       /* DSZ_KIND_ARRAY or DSZ_KIND_SPARSE */
+    unsigned version;    /* format version of the frame */
+    unsigned dtype;      /* 1 = float32 (the only one) */
+    unsigned ndim;       /* array: 0..DSZ_MAX_NDIM; sparse: 2 */
+    unsigned predictor;  /* DSZ_PRED_NONE or DSZ_PRED_LORENZO */
+    unsigned mode;       /* DSZ_MODE_ABS or DSZ_MODE_REL */
+    unsigned radius;     /* quantization radius */
+    unsigned indexCodec; /* sparse: DSZ_INDEX_*; array: 0 */
+    unsigned dataLossless;  /* DSZ_LOSSLESS_* wrapping the data section */
+    unsigned indexLossless; /* DSZ_LOSSLESS_* wrapping the index section (sparse) */
+    double errorBound;   /* absolute bound */
+    double userBound;    /* user's bound as given */
+    unsigned long long shape[DSZ_MAX_NDIM]; /* array shape; sparse: rows, cols */
+    unsigned long long nElements;  /* product of the shape (dense size of a sparse matrix) */
+    unsigned long long nnz;        /* sparse: number of non-zeros; array: nElements */
+    unsigned long long dataRawSize;     /* data section size once unwrapped */
+    unsigned long long dataStoredSize;  /* data section size as stored */
+    unsigned long long indexRawSize;    /* index section size once unwrapped (sparse) */
+    unsigned long long indexStoredSize; /* index section size as stored (sparse) */
+    size_t headerSize;   /* bytes of the header; the data section follows, then the index section */
+} dsz_frameInfo;
+
+/* ---- errors ---- */
+
+/* Tell whether a returned size is an error code. Returns 1 if error, 0 otherwise. */
+unsigned dsz_isError(size_t code /* value returned by a dsz_ function */);
+
+/* Name an error. Returns a static string, e.g. "DSZ_error_corruption_detected"; "No error" if none. */
+const char* dsz_getErrorName(size_t code /* value returned by a dsz_ function */);
+
+/* Convert a returned size into its stable error enum. Returns DSZ_error_no_error for non-errors. */
+dsz_ErrorCode dsz_getErrorCode(size_t code /* value returned by a dsz_ function */);
+
+/* Describe an error enum in words. Returns a static string. */
+const char* dsz_getErrorString(dsz_ErrorCode code /* error enum */);
+
+/* Library version. Returns DSZ_VERSION_NUMBER of the compiled library. */
+unsigned dsz_versionNumber(void);
+
+/* ---- array codec ---- */
+
+/* Worst-case frame size for an array. Returns bytes, or an error if n is too large. */
+size_t dsz_compressBound(size_t n,         /* number of float32 values */
+                         unsigned radius); /* quantization radius; 0 = DSZ_RADIUS_DEFAULT */
+
+/* Compress a float32 array into a frame whose sections are stored raw (no lossless wrapper).
+ * Every finite value decodes within params->errorBound; NaN, Inf and values that cannot be
+ * quantized within the bound are stored verbatim. Mallocs scratch (~8 bytes per value).
+ * Returns the frame size, or an error code. */
+size_t dsz_compress(void* dst,                      /* output buffer */
+                    size_t dstCapacity,             /* its size; dsz_compressBound(n, radius) suffices */
+                    const float* src,               /* values in C order, n = product of shape */
+                    const unsigned long long* shape, /* ndim extents (may be NULL if ndim == 0) */
+                    unsigned ndim,                  /* 0..DSZ_MAX_NDIM */
+                    const dsz_params* params);      /* bound, predictor, radius */
+
+/* Parse and validate a frame header (array or sparse). Checks magic, version, reserved fields,
+ * shape overflow and declared section sizes against limits. Allocates nothing.
+ * Returns the header size, or an error code. */
+size_t dsz_getFrameInfo(dsz_frameInfo* info, /* filled on success */
+                        const void* src,     /* frame bytes (at least the header) */
+                        size_t srcSize);     /* bytes available */
+
+/* Write a frame header for the given description (used to re-wrap sections losslessly).
+ * Returns the header size, or an error code. */
+size_t dsz_writeFrameHeader(void* dst,                  /* output buffer */
+                            size_t dstCapacity,         /* its size (<= 96 bytes needed) */
+                            const dsz_frameInfo* info); /* header fields; headerSize is ignored */
+
+/* Decode an array frame's data section (already unwrapped, i.e. raw) into dst.
+ * Mallocs a decoding table. Returns the number of values written, or an error code. */
+size_t dsz_decompressArray(float* dst,                 /* output, info->nElements values */
+                           size_t dstCapacity,         /* capacity of dst in values */
+                           const dsz_frameInfo* info,  /* from dsz_getFrameInfo() */
+                           const void* data,           /* raw data section */
+                           size_t dataSize);           /* must equal info->dataRawSize */
+
+/* Decode a whole array frame whose sections are stored raw. Mallocs a decoding table.
+ * Returns the number of values written, or an error code. */
+size_t dsz_decompress(float* dst,          /* output buffer */
+                      size_t dstCapacity,  /* its capacity in values */
+                      const void* src,     /* frame bytes */
+                      size_t srcSize);     /* exact frame size */
+
+/* ---- sparse matrices ---- */
+
+/* Worst-case sparse frame size. Returns bytes, or an error if the sizes are too large. */
+size_t dsz_sparseBound(size_t rows,      /* matrix rows */
+                       size_t cols,      /* matrix columns */
+                       size_t nnz,       /* number of non-zeros (rows * cols is always safe) */
+                       unsigned radius); /* quantization radius; 0 = DSZ_RADIUS_DEFAULT */
+
+/* Encode a dense row-major float32 matrix as (data, index) of its non-zeros, sections raw.
+ * Values equal to 0.0 or -0.0 are zeros; a non-zero never decodes to zero. Mallocs scratch.
+ * Returns the frame size, or an error code. */
+size_t dsz_encodeSparse(void* dst,                 /* output buffer */
+                        size_t dstCapacity,        /* dsz_sparseBound(rows, cols, nnz, radius) suffices */
+                        const float* w,            /* rows * cols values, C order */
+                        size_t rows,               /* matrix rows */
+                        size_t cols,               /* matrix columns */
+                        const dsz_params* params,  /* bound, predictor, radius */
+                        unsigned indexCodec);      /* DSZ_INDEX_GAP8 or DSZ_INDEX_HUFFGAP */
+
+/* Encode only the index section of a matrix under an index codec (to compare codecs or swap
+ * the section of a frame from dsz_encodeSparse()). Mallocs scratch. Returns bytes, or an error. */
+size_t dsz_encodeSparseIndex(void* dst,            /* output buffer */
+                             size_t dstCapacity,   /* dsz_sparseBound(rows, cols, nnz, 1) suffices */
+                             const float* w,       /* rows * cols values, C order */
+                             size_t rows,          /* matrix rows */
+                             size_t cols,          /* matrix columns */
+                             unsigned indexCodec); /* DSZ_INDEX_* */
+
+/* Rebuild a dense matrix from a sparse frame's raw sections in one pass: index decoding,
+ * data decoding, dequantization and scatter fused. dst MUST be zero-filled by the caller
+ * (e.g. calloc); only non-zero positions are written. Mallocs decoding tables.
+ * Returns nnz, or an error code. */
+size_t dsz_decodeSparse(float* dst,                /* output, info->nElements values, zero-filled */
+                        size_t dstCapacity,        /* capacity of dst in values */
+                        const dsz_frameInfo* info, /* from dsz_getFrameInfo() */
+                        const void* data,          /* raw data section */
+                        size_t dataSize,           /* must equal info->dataRawSize */
+                        const void* index,         /* raw index section */
+                        size_t indexSize);         /* must equal info->indexRawSize */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSZ_H */

@@ -1,0 +1,91 @@
+/* The array codec: a frame header followed by one data section. */
+#include <math.h>
+
+#include "common.h"
+
+#define ARRAY_HEADER_MAX (48 + 8 * DSZ_MAX_NDIM)
+
+size_t dsz_compressBound(size_t n, unsigned radius)
+{
+    size_t const b = dsz_data_bound(n, radius ? radius : DSZ_RADIUS_DEFAULT);
+    if (dsz_isError(b) || b > (size_t)-1 - ARRAY_HEADER_MAX) return DSZ_ERROR(parameter_outOfBound);
+    return ARRAY_HEADER_MAX + b;
+}
+
+/* shared by the array and sparse encoders; returns 0 or an error */
+size_t dsz_checkParams(const dsz_params* p, unsigned* radius)
+{
+    if (!p) return DSZ_ERROR(parameter_unsupported);
+    if (!(isfinite(p->errorBound) && p->errorBound > 0) || !isfinite(p->userBound)) return DSZ_ERROR(parameter_outOfBound);
+    if (p->predictor != DSZ_PRED_NONE && p->predictor != DSZ_PRED_LORENZO && p->predictor != DSZ_PRED_AUTO)
+        return DSZ_ERROR(parameter_unsupported);
+    if (p->mode > DSZ_MODE_REL) return DSZ_ERROR(parameter_unsupported);
+    *radius = p->radius ? p->radius : DSZ_RADIUS_DEFAULT;
+    if (*radius > DSZ_RADIUS_MAX) return DSZ_ERROR(parameter_outOfBound);
+    return 0;
+}
+
+size_t dsz_compress(void* dstv, size_t cap, const float* src, const unsigned long long* shape, unsigned ndim,
+                    const dsz_params* p)
+{
+    uint8_t* const dst = (uint8_t*)dstv;
+    dsz_frameInfo f;
+    dsz_quant q;
+    unsigned radius, pred, i;
+    uint64_t n = 1;
+    size_t hs, ds;
+    DSZ_CHECK(dsz_checkParams(p, &radius));
+    if (ndim > DSZ_MAX_NDIM || (ndim && !shape)) return DSZ_ERROR(parameter_outOfBound);
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] && n > DSZ_MAX_ELEMENTS / shape[i]) return DSZ_ERROR(parameter_outOfBound);
+        n *= shape[i];
+    }
+    if (n && !src) return DSZ_ERROR(parameter_unsupported);
+    memset(&f, 0, sizeof(f));
+    f.kind = DSZ_KIND_ARRAY;
+    f.version = DSZ_FORMAT_VERSION;
+    f.dtype = 1;
+    f.ndim = ndim;
+    for (i = 0; i < ndim; i++) f.shape[i] = shape[i];
+    f.mode = p->mode;
+    f.radius = radius;
+    f.errorBound = p->errorBound;
+    f.userBound = p->userBound;
+    hs = 48 + 8 * (size_t)ndim;
+    if (cap < hs) return DSZ_ERROR(dstSize_tooSmall);
+    dsz_quant_init(&q, p->errorBound, radius, 0);
+    pred = p->predictor;
+    ds = dsz_data_encode(dst + hs, cap - hs, src, (size_t)n, &q, &pred);
+    if (dsz_isError(ds)) return ds;
+    f.predictor = pred;
+    f.dataRawSize = f.dataStoredSize = ds;
+    DSZ_CHECK(dsz_writeFrameHeader(dst, hs, &f));
+    return hs + ds;
+}
+
+size_t dsz_decompressArray(float* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data, size_t dataSize)
+{
+    dsz_dataDec d;
+    dsz_quant q;
+    size_t r;
+    if (!f || f->kind != DSZ_KIND_ARRAY) return DSZ_ERROR(parameter_unsupported);
+    if (dataSize != f->dataRawSize) return DSZ_ERROR(srcSize_wrong);
+    if (dstCapacity < f->nElements) return DSZ_ERROR(dstSize_tooSmall);
+    dsz_quant_init(&q, f->errorBound, f->radius, 0);
+    r = dsz_data_open(&d, (const uint8_t*)data, dataSize, (size_t)f->nElements, &q, f->predictor);
+    if (dsz_isError(r)) return r;
+    r = dsz_data_decodeAll(&d, dst, (size_t)f->nElements);
+    dsz_data_free(&d);
+    return dsz_isError(r) ? r : (size_t)f->nElements;
+}
+
+size_t dsz_decompress(float* dst, size_t dstCapacity, const void* src, size_t srcSize)
+{
+    dsz_frameInfo f;
+    size_t const hs = dsz_getFrameInfo(&f, src, srcSize);
+    if (dsz_isError(hs)) return hs;
+    if (f.kind != DSZ_KIND_ARRAY) return DSZ_ERROR(prefix_unknown);
+    if (f.dataLossless != DSZ_LOSSLESS_NONE) return DSZ_ERROR(frameParameter_unsupported);
+    if (srcSize - hs != f.dataStoredSize) return DSZ_ERROR(srcSize_wrong);
+    return dsz_decompressArray(dst, dstCapacity, &f, (const uint8_t*)src + hs, srcSize - hs);
+}

@@ -1,0 +1,257 @@
+/* libdsz internals shared by the stages: error returns, little-endian fields, bit I/O. */
+#ifndef DSZ_COMMON_H
+#define DSZ_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dsz.h"
+
+/* error codes are the last values of size_t, like zstd's */
+#define DSZ_ERROR(name) ((size_t) - (ptrdiff_t)(DSZ_error_##name))
+#define DSZ_CHECK(expr)                      \
+    do {                                     \
+        size_t const dsz_r_ = (expr);        \
+        if (dsz_isError(dsz_r_)) return dsz_r_; \
+    } while (0)
+
+#if defined(__GNUC__)
+#define DSZ_LIKELY(x) __builtin_expect(!!(x), 1)
+#define DSZ_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define DSZ_INLINE static inline __attribute__((always_inline))
+#else
+#define DSZ_LIKELY(x) (x)
+#define DSZ_UNLIKELY(x) (x)
+#define DSZ_INLINE static inline
+#endif
+
+/* ---- little-endian fields ---- */
+static inline void dsz_wr16(uint8_t* p, uint32_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void dsz_wr32(uint8_t* p, uint32_t v)
+{
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+static inline void dsz_wr64(uint8_t* p, uint64_t v) { dsz_wr32(p, (uint32_t)v); dsz_wr32(p + 4, (uint32_t)(v >> 32)); }
+static inline uint32_t dsz_rd16(const uint8_t* p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
+static inline uint32_t dsz_rd32(const uint8_t* p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t dsz_rd64(const uint8_t* p) { return (uint64_t)dsz_rd32(p) | ((uint64_t)dsz_rd32(p + 4) << 32); }
+static inline void dsz_wrf64(uint8_t* p, double d) { uint64_t v; memcpy(&v, &d, 8); dsz_wr64(p, v); }
+static inline double dsz_rdf64(const uint8_t* p) { uint64_t v = dsz_rd64(p); double d; memcpy(&d, &v, 8); return d; }
+static inline uint64_t dsz_rdbe64(const uint8_t* p)
+{
+    uint64_t v = 0;
+    int i;
+    for (i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+/* ---- MSB-first bit writer ---- */
+typedef struct {
+    uint8_t* p;
+    uint8_t* end;
+    uint64_t acc;  /* pending bits in the low `n` bits */
+    unsigned n;
+    int overflow;
+} dsz_bitWriter;
+
+DSZ_INLINE void dsz_bw_init(dsz_bitWriter* w, uint8_t* p, size_t cap)
+{
+    w->p = p; w->end = p + cap; w->acc = 0; w->n = 0; w->overflow = 0;
+}
+/* code has at most 24 bits */
+DSZ_INLINE void dsz_bw_put(dsz_bitWriter* w, uint32_t code, unsigned len)
+{
+    w->acc = (w->acc << len) | code;
+    w->n += len;
+    if (w->n >= 32) {
+        uint32_t const v = (uint32_t)(w->acc >> (w->n - 32));
+        w->n -= 32;
+        if (DSZ_LIKELY(w->end - w->p >= 4)) {
+            w->p[0] = (uint8_t)(v >> 24); w->p[1] = (uint8_t)(v >> 16);
+            w->p[2] = (uint8_t)(v >> 8); w->p[3] = (uint8_t)v;
+            w->p += 4;
+        } else {
+            w->overflow = 1;
+        }
+    }
+}
+/* flush the remaining bits (zero-padded to a byte); returns bytes written in total from base */
+DSZ_INLINE void dsz_bw_flush(dsz_bitWriter* w)
+{
+    while (w->n > 0) {
+        unsigned const take = w->n >= 8 ? 8 : w->n;
+        uint8_t const b = (uint8_t)((w->acc >> (w->n - take)) << (8 - take));
+        w->n -= take;
+        if (w->p < w->end) *w->p++ = b; else w->overflow = 1;
+    }
+}
+
+/* ---- MSB-first bit reader: reads past the end as zeros and counts them ---- */
+typedef struct {
+    const uint8_t* p;
+    const uint8_t* end;
+    const uint8_t* start;
+    uint64_t buf;  /* next bits, left-aligned; bits below `cnt` may hold later bits too */
+    unsigned cnt;  /* valid bits in buf */
+    size_t pad;    /* zero bytes appended past the end */
+} dsz_bitReader;
+
+DSZ_INLINE void dsz_br_init(dsz_bitReader* r, const uint8_t* p, size_t size)
+{
+    r->p = p; r->start = p; r->end = p + size; r->buf = 0; r->cnt = 0; r->pad = 0;
+}
+/* afterwards cnt >= 56 */
+DSZ_INLINE void dsz_br_refill(dsz_bitReader* r)
+{
+    if (DSZ_LIKELY(r->end - r->p >= 8)) {
+        r->buf |= dsz_rdbe64(r->p) >> r->cnt;
+        r->p += (63 - r->cnt) >> 3;
+        r->cnt |= 56;
+    } else {
+        while (r->cnt <= 56) {
+            uint64_t byte = 0;
+            if (r->p < r->end) byte = *r->p++; else r->pad++;
+            r->buf |= byte << (56 - r->cnt);
+            r->cnt += 8;
+        }
+    }
+}
+DSZ_INLINE uint32_t dsz_br_peek(const dsz_bitReader* r, unsigned nbits) { return (uint32_t)(r->buf >> (64 - nbits)); }
+DSZ_INLINE void dsz_br_skip(dsz_bitReader* r, unsigned nbits) { r->buf <<= nbits; r->cnt -= nbits; }
+/* bits consumed so far */
+DSZ_INLINE uint64_t dsz_br_consumed(const dsz_bitReader* r)
+{
+    return (uint64_t)((size_t)(r->p - r->start) + r->pad) * 8u - r->cnt;
+}
+
+/* ---- stage interfaces ---- */
+
+/* quantize.c: the predictor + linear-scaling quantizer */
+typedef struct {
+    double eb, step, inv;
+    unsigned radius;
+    int keepNonzero; /* sparse data: a non-zero must not reconstruct to 0 */
+} dsz_quant;
+void dsz_quant_init(dsz_quant* q, double eb, unsigned radius, int keepNonzero);
+/* symbols (0 = outlier) into sym[], outliers' bit patterns into out[]; returns outlier count */
+size_t dsz_quantize(const dsz_quant* q, unsigned predictor, const float* src, size_t n,
+                    uint32_t* sym, uint32_t* outl, uint64_t* hist);
+/* histogram only (for predictor choice) */
+void dsz_quantize_hist(const dsz_quant* q, unsigned predictor, const float* src, size_t n, uint64_t* hist);
+/* reconstruction of symbol s (1..2r-1) with zero prediction, as both sides compute it */
+float dsz_dequant_none(const dsz_quant* q, uint32_t s);
+/* Lorenzo reconstruction from a prediction, overflow-safe; as both sides compute it */
+DSZ_INLINE float dsz_dequant_lorenzo(double step, float pred, int32_t qi)
+{
+    double const r = (double)pred + (double)qi * step;
+    return (r > 3.4028234663852886e38 || r < -3.4028234663852886e38) ? 0.0f : (float)r;
+}
+
+/* huffman.c: canonical Huffman, lengths <= DSZ_HUF_MAXLEN */
+#define DSZ_HUF_MAXLEN 15
+#define DSZ_HUF_LUTLOG 11
+typedef struct {
+    uint32_t* code;  /* per symbol (alphabet-sized) */
+    uint8_t* len;    /* per symbol, 0 = unused */
+    uint32_t nsym;   /* alphabet size */
+} dsz_hufEnc;
+/* build a code from a histogram; mallocs code/len; returns 0 or an error */
+size_t dsz_huf_build(dsz_hufEnc* h, const uint64_t* hist, uint32_t nsym);
+void dsz_huf_freeEnc(dsz_hufEnc* h);
+/* bytes of the stored table */
+size_t dsz_huf_tableSize(const dsz_hufEnc* h);
+/* write table; returns bytes or error */
+size_t dsz_huf_writeTable(const dsz_hufEnc* h, uint8_t* dst, size_t cap);
+/* estimated bits for a histogram (entropy), used for choices */
+double dsz_huf_estimateBits(const uint64_t* hist, uint32_t nsym, uint64_t total);
+
+typedef struct {
+    uint32_t* lut;      /* (symbol << 4) | length; length 0 = long code or invalid */
+    uint32_t* sorted;   /* symbols in canonical order */
+    uint32_t first[DSZ_HUF_MAXLEN + 2]; /* first left-aligned code of each length */
+    uint32_t count[DSZ_HUF_MAXLEN + 2];
+    uint32_t base[DSZ_HUF_MAXLEN + 2];  /* index in sorted[] of the first code of each length */
+    unsigned maxLen;
+    uint32_t nsym;
+    uint32_t lo, hi;    /* range of used symbols, besides symbol 0 */
+    int single;         /* exactly one symbol, coded with the 1-bit code 0 */
+} dsz_hufDec;
+/* read and validate a table; mallocs; returns bytes read or error */
+size_t dsz_huf_readTable(dsz_hufDec* d, const uint8_t* src, size_t size, uint32_t nsym);
+void dsz_huf_freeDec(dsz_hufDec* d);
+/* slow path: codes longer than the lookup table; returns symbol or UINT32_MAX */
+uint32_t dsz_huf_decodeLong(const dsz_hufDec* d, dsz_bitReader* r);
+
+/* decode one symbol; refill must have left >= DSZ_HUF_MAXLEN bits */
+DSZ_INLINE uint32_t dsz_huf_decode(const dsz_hufDec* d, dsz_bitReader* r)
+{
+    uint32_t const e = d->lut[dsz_br_peek(r, DSZ_HUF_LUTLOG)];
+    if (DSZ_LIKELY(e & 15u)) {
+        dsz_br_skip(r, e & 15u);
+        return e >> 4;
+    }
+    return dsz_huf_decodeLong(d, r);
+}
+
+/* databody.c: a data section = n values through quantizer + Huffman + outliers */
+size_t dsz_data_bound(size_t n, unsigned radius);
+/* encode; chooses predictor if *predictor == DSZ_PRED_AUTO and writes the choice back */
+size_t dsz_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, const dsz_quant* q,
+                       unsigned* predictor);
+
+/* a data section opened for streaming decode */
+typedef struct {
+    dsz_hufDec huf;
+    dsz_bitReader br;
+    const uint8_t* outl;  /* outlier bit patterns */
+    uint64_t nOut, kOut;
+    uint64_t bitBytes;
+    float* deq;           /* predictor none: value per symbol (alphabet-sized) */
+    dsz_quant q;
+    unsigned predictor;
+    float pred;           /* Lorenzo: previous reconstruction */
+} dsz_dataDec;
+size_t dsz_data_open(dsz_dataDec* d, const uint8_t* src, size_t size, size_t n, const dsz_quant* q,
+                     unsigned predictor);
+/* final checks: all outliers used, bitstream consumed */
+size_t dsz_data_close(dsz_dataDec* d);
+void dsz_data_free(dsz_dataDec* d);
+/* decode the next value; returns 0, or -1 on corrupt input */
+DSZ_INLINE int dsz_data_next(dsz_dataDec* d, float* v)
+{
+    uint32_t s;
+    float r;
+    dsz_br_refill(&d->br);
+    s = dsz_huf_decode(&d->huf, &d->br);
+    if (DSZ_LIKELY(s != 0 && s != UINT32_MAX)) {
+        if (d->predictor == DSZ_PRED_NONE) {
+            *v = d->deq[s - d->huf.lo];
+            return 0;
+        }
+        r = dsz_dequant_lorenzo(d->q.step, d->pred, (int32_t)s - (int32_t)d->q.radius);
+    } else {
+        if (s == UINT32_MAX || d->kOut >= d->nOut || d->br.pad > 16) return -1;
+        {
+            uint32_t const u = dsz_rd32(d->outl + 4 * d->kOut);
+            memcpy(&r, &u, 4);
+        }
+        d->kOut++;
+    }
+    *v = r;
+    d->pred = (r - r == 0.0f) ? r : 0.0f; /* finite check without libm */
+    return 0;
+}
+/* plain decode of all n values */
+size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n);
+
+/* array.c: validate compression parameters, resolving the default radius */
+size_t dsz_checkParams(const dsz_params* p, unsigned* radius);
+
+/* sparse.c: worst-case index section size */
+size_t dsz_index_bound(unsigned codec, uint64_t nElements, uint64_t nnz);
+
+#endif /* DSZ_COMMON_H */

@@ -1,0 +1,157 @@
+/* A data section: n float32 values through predictor + quantizer, Huffman-coded symbols
+ * and the verbatim outliers.
+ * Layout: nOut u64 | Huffman table | bitBytes u64 | bitstream | nOut * 4 bytes of outliers. */
+#include <stdlib.h>
+
+#include "common.h"
+
+size_t dsz_data_bound(size_t n, unsigned radius)
+{
+    /* each value: at most DSZ_HUF_MAXLEN bits plus 4 bytes if it is an outlier */
+    if (n > (size_t)DSZ_MAX_ELEMENTS || n > ((size_t)-1 - 64 - radius) / 6) return DSZ_ERROR(parameter_outOfBound);
+    return 8 + 10 + (size_t)radius + 1 + 8 + (n * DSZ_HUF_MAXLEN + 7) / 8 + 4 * n;
+}
+
+size_t dsz_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, const dsz_quant* q,
+                       unsigned* predictor)
+{
+    uint32_t const nsym = 2 * q->radius;
+    uint32_t* sym = (uint32_t*)malloc(sizeof(uint32_t) * (n ? n : 1));
+    uint32_t* outl = (uint32_t*)malloc(sizeof(uint32_t) * (n ? n : 1));
+    uint64_t* hist = (uint64_t*)calloc(nsym, sizeof(uint64_t));
+    dsz_hufEnc h = {NULL, NULL, 0};
+    size_t nOut, pos, ret, i;
+    dsz_bitWriter bw;
+    unsigned pred = *predictor;
+    if (!sym || !outl || !hist) { ret = DSZ_ERROR(memory_allocation); goto done; }
+    if (pred == DSZ_PRED_AUTO) {
+        /* estimated size: entropy of the symbols + 32 bits per outlier; ties go to no prediction */
+        double bitsNone, bitsLorenzo;
+        uint64_t* hist2 = (uint64_t*)calloc(nsym, sizeof(uint64_t));
+        if (!hist2) { ret = DSZ_ERROR(memory_allocation); goto done; }
+        nOut = dsz_quantize(q, DSZ_PRED_NONE, src, n, sym, outl, hist);
+        bitsNone = dsz_huf_estimateBits(hist, nsym, n) + 32.0 * (double)nOut;
+        dsz_quantize_hist(q, DSZ_PRED_LORENZO, src, n, hist2);
+        bitsLorenzo = dsz_huf_estimateBits(hist2, nsym, n) + 32.0 * (double)hist2[0];
+        free(hist2);
+        pred = bitsLorenzo < 0.99 * bitsNone ? DSZ_PRED_LORENZO : DSZ_PRED_NONE;
+        if (pred == DSZ_PRED_LORENZO) {
+            memset(hist, 0, sizeof(uint64_t) * nsym);
+            nOut = dsz_quantize(q, pred, src, n, sym, outl, hist);
+        }
+    } else {
+        nOut = dsz_quantize(q, pred, src, n, sym, outl, hist);
+    }
+    ret = dsz_huf_build(&h, hist, nsym);
+    if (dsz_isError(ret)) goto done;
+    if (cap < 8) { ret = DSZ_ERROR(dstSize_tooSmall); goto done; }
+    dsz_wr64(dst, nOut);
+    pos = 8;
+    ret = dsz_huf_writeTable(&h, dst + pos, cap - pos);
+    if (dsz_isError(ret)) goto done;
+    pos += ret;
+    if (cap - pos < 8) { ret = DSZ_ERROR(dstSize_tooSmall); goto done; }
+    dsz_bw_init(&bw, dst + pos + 8, cap - pos - 8);
+    {
+        const uint32_t* const code = h.code;
+        const uint8_t* const len = h.len;
+        for (i = 0; i < n; i++) dsz_bw_put(&bw, code[sym[i]], len[sym[i]]);
+    }
+    dsz_bw_flush(&bw);
+    if (bw.overflow) { ret = DSZ_ERROR(dstSize_tooSmall); goto done; }
+    dsz_wr64(dst + pos, (uint64_t)(bw.p - (dst + pos + 8)));
+    pos = (size_t)(bw.p - dst);
+    if (cap - pos < 4 * nOut) { ret = DSZ_ERROR(dstSize_tooSmall); goto done; }
+    for (i = 0; i < nOut; i++) dsz_wr32(dst + pos + 4 * i, outl[i]);
+    pos += 4 * nOut;
+    *predictor = pred;
+    ret = pos;
+done:
+    dsz_huf_freeEnc(&h);
+    free(sym);
+    free(outl);
+    free(hist);
+    return ret;
+}
+
+void dsz_data_free(dsz_dataDec* d)
+{
+    dsz_huf_freeDec(&d->huf);
+    free(d->deq);
+    d->deq = NULL;
+}
+
+size_t dsz_data_open(dsz_dataDec* d, const uint8_t* src, size_t size, size_t n, const dsz_quant* q,
+                     unsigned predictor)
+{
+    size_t pos, r;
+    uint64_t nOut, bitBytes;
+    memset(d, 0, sizeof(*d));
+    d->q = *q;
+    d->predictor = predictor;
+    if (predictor != DSZ_PRED_NONE && predictor != DSZ_PRED_LORENZO) return DSZ_ERROR(frameParameter_unsupported);
+    if (size < 8) return DSZ_ERROR(srcSize_wrong);
+    nOut = dsz_rd64(src);
+    if (nOut > n) return DSZ_ERROR(corruption_detected);
+    pos = 8;
+    r = dsz_huf_readTable(&d->huf, src + pos, size - pos, 2 * q->radius);
+    if (dsz_isError(r)) return r;
+    pos += r;
+    if (size - pos < 8) { dsz_data_free(d); return DSZ_ERROR(srcSize_wrong); }
+    bitBytes = dsz_rd64(src + pos);
+    pos += 8;
+    if (bitBytes > size - pos || (size - pos) - bitBytes != 4 * nOut) { dsz_data_free(d); return DSZ_ERROR(srcSize_wrong); }
+    /* every symbol takes at least one bit; an empty code only codes nothing */
+    if ((n > 0 && d->huf.maxLen == 0) || (n == 0 && d->huf.maxLen != 0) || n / 8 > bitBytes) {
+        dsz_data_free(d);
+        return DSZ_ERROR(corruption_detected);
+    }
+    dsz_br_init(&d->br, src + pos, (size_t)bitBytes);
+    d->bitBytes = bitBytes;
+    d->outl = src + pos + bitBytes;
+    d->nOut = nOut;
+    if (predictor == DSZ_PRED_NONE && d->huf.hi >= d->huf.lo) {
+        uint32_t s;
+        d->deq = (float*)malloc(sizeof(float) * ((size_t)(d->huf.hi - d->huf.lo) + 1));
+        if (!d->deq) { dsz_data_free(d); return DSZ_ERROR(memory_allocation); }
+        for (s = d->huf.lo; s <= d->huf.hi; s++) d->deq[s - d->huf.lo] = dsz_dequant_none(q, s);
+    }
+    return 0;
+}
+
+size_t dsz_data_close(dsz_dataDec* d)
+{
+    uint64_t const used = dsz_br_consumed(&d->br);
+    if (d->kOut != d->nOut) return DSZ_ERROR(corruption_detected);
+    if (used > 8 * d->bitBytes || (d->bitBytes > 0 && used + 8 <= 8 * d->bitBytes)) return DSZ_ERROR(corruption_detected);
+    return 0;
+}
+
+size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n)
+{
+    size_t i = 0;
+    if (d->predictor == DSZ_PRED_NONE) {
+        /* after a refill at least 56 bits are buffered: three codes of <= 15 bits */
+        const float* const deq = d->deq;
+        uint32_t const lo = d->huf.lo;
+        while (i < n) {
+            size_t const stop = n - i >= 3 ? i + 3 : n;
+            dsz_br_refill(&d->br);
+            for (; i < stop; i++) {
+                uint32_t const s = dsz_huf_decode(&d->huf, &d->br);
+                if (DSZ_LIKELY(s != 0 && s != UINT32_MAX)) {
+                    dst[i] = deq[s - lo];
+                } else {
+                    if (s == UINT32_MAX || d->kOut >= d->nOut) return DSZ_ERROR(corruption_detected);
+                    uint32_t const u = dsz_rd32(d->outl + 4 * d->kOut);
+                    memcpy(dst + i, &u, 4);
+                    d->kOut++;
+                }
+            }
+        }
+    } else {
+        for (i = 0; i < n; i++)
+            if (dsz_data_next(d, dst + i)) return DSZ_ERROR(corruption_detected);
+    }
+    return dsz_data_close(d);
+}

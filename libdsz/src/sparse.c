@@ -1,0 +1,228 @@
+/* Sparse matrices: the non-zeros' values as a data section, their positions as an index
+ * section, and the fused one-pass decoder that scatters into a zero-filled dense matrix.
+ *
+ * Index symbols (both codecs): the gap d = position - previous position (the first gap
+ * counts from -1) in 1..255; the symbol 0 is a filler that advances by 255 without
+ * consuming a value. DSZ_INDEX_GAP8 stores the symbols as bytes (to be wrapped by a
+ * lossless codec), DSZ_INDEX_HUFFGAP Huffman-codes them:
+ * Huffman table (256 symbols) | bitBytes u64 | bitstream. */
+#include <stdlib.h>
+
+#include "common.h"
+
+#define SPARSE_HEADER 88
+#define GAP_TABLE_MAX (10 + 128)
+
+size_t dsz_index_bound(unsigned codec, uint64_t nElements, uint64_t nnz)
+{
+    uint64_t const syms = nnz + nElements / 255 + 1;
+    if (nElements > DSZ_MAX_ELEMENTS || nnz > nElements) return DSZ_ERROR(parameter_outOfBound);
+    if (codec == DSZ_INDEX_GAP8) return (size_t)syms;
+    if (codec == DSZ_INDEX_HUFFGAP) return (size_t)(GAP_TABLE_MAX + 8 + (syms * DSZ_HUF_MAXLEN + 7) / 8);
+    return DSZ_ERROR(parameter_unsupported);
+}
+
+size_t dsz_sparseBound(size_t rows, size_t cols, size_t nnz, unsigned radius)
+{
+    size_t db, ib;
+    if (cols && rows > (size_t)DSZ_MAX_ELEMENTS / cols) return DSZ_ERROR(parameter_outOfBound);
+    if (nnz > rows * cols) nnz = rows * cols;
+    db = dsz_data_bound(nnz, radius ? radius : DSZ_RADIUS_DEFAULT);
+    ib = dsz_index_bound(DSZ_INDEX_HUFFGAP, rows * cols, nnz);
+    if (dsz_isError(db) || dsz_isError(ib) || db > (size_t)-1 / 2 - ib) return DSZ_ERROR(parameter_outOfBound);
+    return SPARSE_HEADER + db + ib;
+}
+
+/* gap symbols of the non-zeros of w[0..n) into g (capacity dsz_index_bound GAP8); returns count */
+static size_t gap_symbols(const float* w, size_t n, uint8_t* g)
+{
+    size_t i, k = 0, prev1 = 0; /* prev1 = previous position + 1 */
+    for (i = 0; i < n; i++) {
+        if (w[i] == 0.0f) continue;
+        {
+            size_t d = i + 1 - prev1; /* gap from the previous position */
+            while (d > 255) { g[k++] = 0; d -= 255; }
+            g[k++] = (uint8_t)d;
+            prev1 = i + 1;
+        }
+    }
+    return k;
+}
+
+static size_t encode_index(uint8_t* dst, size_t cap, const float* w, size_t n, size_t nnz, unsigned codec)
+{
+    size_t const gcap = dsz_index_bound(DSZ_INDEX_GAP8, n, nnz);
+    uint8_t* g;
+    size_t k, ret, i;
+    if (dsz_isError(gcap)) return gcap;
+    if (codec != DSZ_INDEX_GAP8 && codec != DSZ_INDEX_HUFFGAP) return DSZ_ERROR(parameter_unsupported);
+    g = (uint8_t*)malloc(gcap);
+    if (!g) return DSZ_ERROR(memory_allocation);
+    k = gap_symbols(w, n, g);
+    if (codec == DSZ_INDEX_GAP8) {
+        if (cap < k) ret = DSZ_ERROR(dstSize_tooSmall);
+        else { if (k) memcpy(dst, g, k); ret = k; }
+    } else {
+        uint64_t hist[256] = {0};
+        dsz_hufEnc h = {NULL, NULL, 0};
+        dsz_bitWriter bw;
+        for (i = 0; i < k; i++) hist[g[i]]++;
+        ret = dsz_huf_build(&h, hist, 256);
+        if (!dsz_isError(ret)) ret = dsz_huf_writeTable(&h, dst, cap);
+        if (!dsz_isError(ret)) {
+            size_t const pos = ret;
+            if (cap - pos < 8) ret = DSZ_ERROR(dstSize_tooSmall);
+            else {
+                dsz_bw_init(&bw, dst + pos + 8, cap - pos - 8);
+                for (i = 0; i < k; i++) dsz_bw_put(&bw, h.code[g[i]], h.len[g[i]]);
+                dsz_bw_flush(&bw);
+                if (bw.overflow) ret = DSZ_ERROR(dstSize_tooSmall);
+                else {
+                    dsz_wr64(dst + pos, (uint64_t)(bw.p - (dst + pos + 8)));
+                    ret = (size_t)(bw.p - dst);
+                }
+            }
+        }
+        dsz_huf_freeEnc(&h);
+    }
+    free(g);
+    return ret;
+}
+
+static size_t count_nonzeros(const float* w, size_t n)
+{
+    size_t i, c = 0;
+    for (i = 0; i < n; i++) c += w[i] != 0.0f;
+    return c;
+}
+
+size_t dsz_encodeSparseIndex(void* dst, size_t cap, const float* w, size_t rows, size_t cols, unsigned codec)
+{
+    size_t n;
+    if (cols && rows > (size_t)DSZ_MAX_ELEMENTS / cols) return DSZ_ERROR(parameter_outOfBound);
+    n = rows * cols;
+    if (n && !w) return DSZ_ERROR(parameter_unsupported);
+    return encode_index((uint8_t*)dst, cap, w, n, count_nonzeros(w, n), codec);
+}
+
+size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, size_t cols, const dsz_params* p,
+                        unsigned codec)
+{
+    uint8_t* const dst = (uint8_t*)dstv;
+    dsz_frameInfo f;
+    dsz_quant q;
+    unsigned radius, pred;
+    size_t n, nnz, i, k, ds, is;
+    float* vals;
+    DSZ_CHECK(dsz_checkParams(p, &radius));
+    if (codec != DSZ_INDEX_GAP8 && codec != DSZ_INDEX_HUFFGAP) return DSZ_ERROR(parameter_unsupported);
+    if (cols && rows > (size_t)DSZ_MAX_ELEMENTS / cols) return DSZ_ERROR(parameter_outOfBound);
+    n = rows * cols;
+    if (n && !w) return DSZ_ERROR(parameter_unsupported);
+    if (cap < SPARSE_HEADER) return DSZ_ERROR(dstSize_tooSmall);
+    nnz = count_nonzeros(w, n);
+    vals = (float*)malloc(sizeof(float) * (nnz ? nnz : 1));
+    if (!vals) return DSZ_ERROR(memory_allocation);
+    for (i = 0, k = 0; i < n; i++)
+        if (w[i] != 0.0f) vals[k++] = w[i];
+    dsz_quant_init(&q, p->errorBound, radius, 1);
+    pred = p->predictor;
+    ds = dsz_data_encode(dst + SPARSE_HEADER, cap - SPARSE_HEADER, vals, nnz, &q, &pred);
+    free(vals);
+    if (dsz_isError(ds)) return ds;
+    is = encode_index(dst + SPARSE_HEADER + ds, cap - SPARSE_HEADER - ds, w, n, nnz, codec);
+    if (dsz_isError(is)) return is;
+    memset(&f, 0, sizeof(f));
+    f.kind = DSZ_KIND_SPARSE;
+    f.version = DSZ_FORMAT_VERSION;
+    f.dtype = 1;
+    f.ndim = 2;
+    f.shape[0] = rows;
+    f.shape[1] = cols;
+    f.nnz = nnz;
+    f.predictor = pred;
+    f.mode = p->mode;
+    f.radius = radius;
+    f.indexCodec = codec;
+    f.errorBound = p->errorBound;
+    f.userBound = p->userBound;
+    f.dataRawSize = f.dataStoredSize = ds;
+    f.indexRawSize = f.indexStoredSize = is;
+    DSZ_CHECK(dsz_writeFrameHeader(dst, SPARSE_HEADER, &f));
+    return SPARSE_HEADER + ds + is;
+}
+
+/* scatter the next value to position prev1 - 1 + gap; returns 0 or -1 */
+DSZ_INLINE int place(dsz_dataDec* d, float* dst, uint64_t n, uint64_t* prev1, uint32_t gap)
+{
+    uint64_t const pos = *prev1 + gap - 1;
+    if (pos >= n || dsz_data_next(d, dst + pos)) return -1;
+    *prev1 = pos + 1;
+    return 0;
+}
+
+size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data, size_t dataSize,
+                        const void* indexv, size_t indexSize)
+{
+    const uint8_t* const index = (const uint8_t*)indexv;
+    uint64_t const n = f ? f->nElements : 0, nnz = f ? f->nnz : 0;
+    uint64_t prev1 = 0, k = 0;
+    dsz_dataDec d;
+    dsz_quant q;
+    size_t r;
+    if (!f || f->kind != DSZ_KIND_SPARSE) return DSZ_ERROR(parameter_unsupported);
+    if (dataSize != f->dataRawSize || indexSize != f->indexRawSize) return DSZ_ERROR(srcSize_wrong);
+    if (dstCapacity < n) return DSZ_ERROR(dstSize_tooSmall);
+    dsz_quant_init(&q, f->errorBound, f->radius, 1);
+    r = dsz_data_open(&d, (const uint8_t*)data, dataSize, (size_t)nnz, &q, f->predictor);
+    if (dsz_isError(r)) return r;
+    r = DSZ_ERROR(corruption_detected);
+    if (f->indexCodec == DSZ_INDEX_GAP8) {
+        size_t i;
+        for (i = 0; i < indexSize; i++) {
+            uint32_t const g = index[i];
+            if (g == 0) {
+                prev1 += 255;
+                if (prev1 > n) goto done;
+            } else {
+                if (k == nnz || place(&d, dst, n, &prev1, g)) goto done;
+                k++;
+            }
+        }
+    } else if (f->indexCodec == DSZ_INDEX_HUFFGAP) {
+        dsz_hufDec h;
+        dsz_bitReader br;
+        uint64_t bitBytes, used;
+        size_t const ts = dsz_huf_readTable(&h, index, indexSize, 256);
+        if (dsz_isError(ts)) { r = ts; goto done; }
+        if (indexSize - ts < 8 || (bitBytes = dsz_rd64(index + ts)) != indexSize - ts - 8 || (nnz && !h.maxLen)) {
+            dsz_huf_freeDec(&h);
+            goto done;
+        }
+        dsz_br_init(&br, index + ts + 8, (size_t)bitBytes);
+        while (k < nnz) {
+            uint32_t g;
+            dsz_br_refill(&br);
+            g = dsz_huf_decode(&h, &br);
+            if (g == 0) {
+                prev1 += 255;
+                if (prev1 > n || br.pad > 16) break;
+            } else {
+                if (g == UINT32_MAX || place(&d, dst, n, &prev1, g)) break;
+                k++;
+            }
+        }
+        dsz_huf_freeDec(&h);
+        used = dsz_br_consumed(&br);
+        if (k < nnz || used > 8 * bitBytes || (bitBytes && used + 8 <= 8 * bitBytes)) goto done;
+    } else {
+        r = DSZ_ERROR(frameParameter_unsupported);
+        goto done;
+    }
+    if (k != nnz) goto done;
+    r = dsz_data_close(&d);
+    if (!dsz_isError(r)) r = (size_t)nnz;
+done:
+    dsz_data_free(&d);
+    return r;
+}

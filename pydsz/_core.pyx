@@ -1,0 +1,233 @@
+# cython: boundscheck=False, wraparound=False
+"""Thin binding of libdsz: raw C streams in and out, the GIL released around every C call.
+
+Lossless wrapping of sections, argument checking and numpy layout handling live in codec.py.
+"""
+from libc.stdint cimport uint8_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memset
+
+import numpy as np
+
+from pydsz.errors import FormatError
+
+
+cdef extern from "dsz.h" nogil:
+    ctypedef struct dsz_params:
+        double errorBound
+        double userBound
+        unsigned mode
+        unsigned predictor
+        unsigned radius
+
+    ctypedef struct dsz_frameInfo:
+        unsigned kind, version, dtype, ndim, predictor, mode, radius
+        unsigned indexCodec, dataLossless, indexLossless
+        double errorBound, userBound
+        unsigned long long shape[8]
+        unsigned long long nElements, nnz
+        unsigned long long dataRawSize, dataStoredSize, indexRawSize, indexStoredSize
+        size_t headerSize
+
+    unsigned dsz_isError(size_t code)
+    const char* dsz_getErrorName(size_t code)
+    int dsz_getErrorCode(size_t code)
+    unsigned dsz_versionNumber()
+    size_t dsz_compressBound(size_t n, unsigned radius)
+    size_t dsz_compress(void* dst, size_t cap, const float* src, const unsigned long long* shape,
+                        unsigned ndim, const dsz_params* params)
+    size_t dsz_getFrameInfo(dsz_frameInfo* info, const void* src, size_t srcSize)
+    size_t dsz_writeFrameHeader(void* dst, size_t cap, const dsz_frameInfo* info)
+    size_t dsz_decompressArray(float* dst, size_t cap, const dsz_frameInfo* info,
+                               const void* data, size_t dataSize)
+    size_t dsz_sparseBound(size_t rows, size_t cols, size_t nnz, unsigned radius)
+    size_t dsz_encodeSparse(void* dst, size_t cap, const float* w, size_t rows, size_t cols,
+                            const dsz_params* params, unsigned indexCodec)
+    size_t dsz_encodeSparseIndex(void* dst, size_t cap, const float* w, size_t rows, size_t cols,
+                                 unsigned indexCodec)
+    size_t dsz_decodeSparse(float* dst, size_t cap, const dsz_frameInfo* info,
+                            const void* data, size_t dataSize, const void* index, size_t indexSize)
+
+KIND_ARRAY = 1
+KIND_SPARSE = 2
+FORMAT_VERSION = 1
+VERSION_NUMBER = dsz_versionNumber()
+
+
+class CoreError(FormatError):
+    """A libdsz call failed; .code is the stable C error enum, .name its DSZ_error_ name."""
+
+    def __init__(self, name, code, context):
+        super().__init__(f"{context}: {name}")
+        self.name = name
+        self.code = code
+
+
+cdef size_t check(size_t r, str context) except? 0:
+    if dsz_isError(r):
+        raise CoreError(dsz_getErrorName(r).decode(), dsz_getErrorCode(r), context)
+    return r
+
+
+cdef void fill_params(dsz_params* p, double eb, double user, unsigned mode, unsigned predictor,
+                      unsigned radius):
+    p.errorBound = eb
+    p.userBound = user
+    p.mode = mode
+    p.predictor = predictor
+    p.radius = radius
+
+
+cdef bytes take(uint8_t* buf, size_t size):
+    return (<char*>buf)[:size]
+
+
+def compress(const float[::1] x, tuple shape, double eb, double user, unsigned mode,
+             unsigned predictor, unsigned radius):
+    """Array frame (sections raw) of the C-ordered values x with the given shape."""
+    cdef unsigned long long cshape[8]
+    cdef unsigned ndim = len(shape), i
+    cdef dsz_params p
+    cdef size_t n = x.shape[0], cap, r
+    cdef uint8_t* dst
+    cdef const float* src = &x[0] if n else NULL
+    if ndim > 8:
+        raise ValueError(f"at most 8 dimensions are supported, got {ndim}")
+    for i in range(ndim):
+        cshape[i] = shape[i]
+    fill_params(&p, eb, user, mode, predictor, radius)
+    cap = check(dsz_compressBound(n, radius), "compressBound")
+    dst = <uint8_t*>malloc(cap)
+    if dst == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            r = dsz_compress(dst, cap, src, cshape, ndim, &p)
+        check(r, "compress")
+        return take(dst, r)
+    finally:
+        free(dst)
+
+
+def frame_info(const uint8_t[::1] buf):
+    """Parsed and validated header of a frame, as a dict."""
+    cdef dsz_frameInfo f
+    cdef size_t r
+    cdef size_t size = buf.shape[0]
+    cdef const uint8_t* src = &buf[0] if size else NULL
+    with nogil:
+        r = dsz_getFrameInfo(&f, src, size)
+    check(r, "header")
+    return {
+        "kind": f.kind, "version": f.version, "dtype": f.dtype, "ndim": f.ndim,
+        "predictor": f.predictor, "mode": f.mode, "radius": f.radius,
+        "index_codec": f.indexCodec, "data_lossless": f.dataLossless,
+        "index_lossless": f.indexLossless, "error_bound": f.errorBound, "user_bound": f.userBound,
+        "shape": tuple(f.shape[i] for i in range(f.ndim)), "n_elements": f.nElements, "nnz": f.nnz,
+        "data_raw": f.dataRawSize, "data_stored": f.dataStoredSize,
+        "index_raw": f.indexRawSize, "index_stored": f.indexStoredSize,
+        "header_size": f.headerSize,
+    }
+
+
+cdef int to_info(dict d, dsz_frameInfo* f) except -1:
+    cdef unsigned i
+    memset(f, 0, sizeof(dsz_frameInfo))
+    f.kind = d["kind"]
+    f.version = d["version"]
+    f.dtype = d["dtype"]
+    f.ndim = d["ndim"]
+    f.predictor = d["predictor"]
+    f.mode = d["mode"]
+    f.radius = d["radius"]
+    f.indexCodec = d["index_codec"]
+    f.dataLossless = d["data_lossless"]
+    f.indexLossless = d["index_lossless"]
+    f.errorBound = d["error_bound"]
+    f.userBound = d["user_bound"]
+    for i in range(f.ndim):
+        f.shape[i] = d["shape"][i]
+    f.nElements = d["n_elements"]
+    f.nnz = d["nnz"]
+    f.dataRawSize = d["data_raw"]
+    f.dataStoredSize = d["data_stored"]
+    f.indexRawSize = d["index_raw"]
+    f.indexStoredSize = d["index_stored"]
+    f.headerSize = d["header_size"]
+    return 0
+
+
+def write_header(dict info):
+    """Header bytes for the description `info` (a dict as frame_info returns)."""
+    cdef dsz_frameInfo f
+    cdef uint8_t buf[128]
+    cdef size_t r
+    to_info(info, &f)
+    with nogil:
+        r = dsz_writeFrameHeader(buf, sizeof(buf), &f)
+    check(r, "writing header")
+    return take(buf, r)
+
+
+def decompress_array(dict info, const uint8_t[::1] data, float[::1] out):
+    """Decode an array frame's raw data section into out (info['n_elements'] values)."""
+    cdef dsz_frameInfo f
+    cdef size_t r, size = data.shape[0], cap = out.shape[0]
+    cdef const uint8_t* src = &data[0] if size else NULL
+    cdef float* dst = &out[0] if cap else NULL
+    to_info(info, &f)
+    with nogil:
+        r = dsz_decompressArray(dst, cap, &f, src, size)
+    check(r, "data section")
+
+
+def encode_sparse(const float[:, ::1] w, double eb, double user, unsigned mode, unsigned predictor,
+                  unsigned radius, unsigned index_codec):
+    """Sparse frame (sections raw) of the C-ordered matrix w."""
+    cdef dsz_params p
+    cdef size_t rows = w.shape[0], cols = w.shape[1], cap, r
+    cdef const float* src = &w[0, 0] if rows * cols else NULL
+    cdef uint8_t* dst
+    fill_params(&p, eb, user, mode, predictor, radius)
+    cap = check(dsz_sparseBound(rows, cols, rows * cols, radius), "sparseBound")
+    dst = <uint8_t*>malloc(cap)
+    if dst == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            r = dsz_encodeSparse(dst, cap, src, rows, cols, &p, index_codec)
+        check(r, "encodeSparse")
+        return take(dst, r)
+    finally:
+        free(dst)
+
+
+def encode_sparse_index(const float[:, ::1] w, unsigned index_codec):
+    """Raw index section of the matrix w under an index codec."""
+    cdef size_t rows = w.shape[0], cols = w.shape[1], cap, r
+    cdef const float* src = &w[0, 0] if rows * cols else NULL
+    cdef uint8_t* dst
+    cap = check(dsz_sparseBound(rows, cols, rows * cols, 1), "sparseBound")
+    dst = <uint8_t*>malloc(cap)
+    if dst == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            r = dsz_encodeSparseIndex(dst, cap, src, rows, cols, index_codec)
+        check(r, "encodeSparseIndex")
+        return take(dst, r)
+    finally:
+        free(dst)
+
+
+def decode_sparse(dict info, const uint8_t[::1] data, const uint8_t[::1] index, float[::1] out):
+    """Scatter a sparse frame's raw sections into out, which must be zero-filled."""
+    cdef dsz_frameInfo f
+    cdef size_t r, ds = data.shape[0], isz = index.shape[0], cap = out.shape[0]
+    cdef const uint8_t* dp = &data[0] if ds else NULL
+    cdef const uint8_t* ip = &index[0] if isz else NULL
+    cdef float* dst = &out[0] if cap else NULL
+    to_info(info, &f)
+    with nogil:
+        r = dsz_decodeSparse(dst, cap, &f, dp, ds, ip, isz)
+    check(r, "sparse sections")

@@ -1,0 +1,282 @@
+"""Error-bounded codecs for float32 arrays and pruned (sparse) weight matrices.
+
+libdsz (through pydsz._core) does prediction, quantization and entropy coding and writes
+frames whose sections are raw; this module checks arguments, handles numpy layouts and
+wraps sections with a general-purpose lossless codec when that makes them smaller
+(the frame header records which codec wraps which section, and its raw size).
+"""
+from __future__ import annotations
+
+import bz2
+import lzma
+import math
+import zlib
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from pydsz import _core
+from pydsz.errors import FormatError
+
+__all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse", "sparse_info"]
+
+MODES = {"abs": 0, "rel": 1}
+PREDICTORS = {"none": 0, "lorenzo": 1, "auto": 255}
+PREDICTOR_NAMES = {0: "none", 1: "lorenzo"}
+INDEX_CODECS = {"gap8": 0, "huffgap": 1}
+INDEX_CODEC_NAMES = {v: k for k, v in INDEX_CODECS.items()}
+LOSSLESS_NAMES = {0: "none", 1: "zstd", 2: "lzma", 3: "bz2", 4: "zlib"}
+_NONE, _ZSTD, _LZMA, _BZ2, _ZLIB = range(5)
+_CHUNK = 1 << 20
+
+
+# ---- argument checking ----
+
+def _check_float32(x: Any, what: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype != np.float32:
+        raise ValueError(
+            f"{what}: only float32 is supported, got {a.dtype}; cast with x.astype(numpy.float32)")
+    return a
+
+
+def _check_bound(error_bound: Any, mode: str) -> float:
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'abs' or 'rel', got {mode!r}")
+    try:
+        eb = float(error_bound)
+    except (TypeError, ValueError):
+        raise ValueError(f"error_bound must be a number, got {error_bound!r}") from None
+    if not math.isfinite(eb) or eb <= 0:
+        raise ValueError(f"error_bound {error_bound!r} must be finite and > 0")
+    return eb
+
+
+def _check_choice(value: str, choices: dict, what: str) -> int:
+    if value not in choices:
+        raise ValueError(f"{what} must be one of {sorted(choices)}, got {value!r}")
+    return choices[value]
+
+
+def _check_radius(radius: int) -> int:
+    if not 1 <= int(radius) <= 1 << 20:
+        raise ValueError(f"radius must be in 1..{1 << 20}, got {radius!r}")
+    return int(radius)
+
+
+def _absolute_bound(values: np.ndarray, eb: float, mode: str) -> float:
+    """The absolute bound: eb itself, or eb * (max - min) of the finite values (SZ's relative mode)."""
+    if mode == "abs":
+        return eb
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return eb
+    lo, hi = float(finite.min()), float(finite.max())
+    bound = eb * (hi - lo)
+    if bound <= 0:  # constant data: any bound is exact there; keep one relative to the magnitude
+        bound = eb * max(abs(lo), abs(hi)) or eb
+    if not math.isfinite(bound):
+        raise ValueError(f"relative error_bound {eb!r} times the value range overflows")
+    return bound
+
+
+# ---- bytes in, sections out ----
+
+def _as_u8(buf: Any) -> np.ndarray:
+    if isinstance(buf, np.ndarray):
+        return np.ascontiguousarray(buf).reshape(-1).view(np.uint8)
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        raise TypeError(f"expected a bytes-like object, got {type(buf).__name__}") from None
+    if not view.c_contiguous:
+        view = memoryview(view.tobytes())
+    return np.frombuffer(view.cast("B") if view.ndim == 1 and view.itemsize == 1 else view.tobytes(),
+                         dtype=np.uint8)
+
+
+def _open_frame(buf: Any, kind: int, what: str) -> tuple[dict, np.ndarray]:
+    u8 = _as_u8(buf)
+    try:
+        info = _core.frame_info(u8)
+    except _core.CoreError as e:
+        raise FormatError(f"{what}: bad header: {e.name}") from None
+    if info["kind"] != kind:
+        other = "sparse (use decode_sparse)" if info["kind"] == _core.KIND_SPARSE else "array (use decompress_array)"
+        raise FormatError(f"{what}: this is a {other} stream")
+    total = info["header_size"] + info["data_stored"] + info["index_stored"]
+    if total != u8.size:
+        raise FormatError(f"{what}: DSZ_error_srcSize_wrong: stream is {u8.size} bytes, header declares {total}")
+    return info, u8
+
+
+def _inflate(codec: int, data: np.ndarray, raw_size: int, what: str) -> np.ndarray:
+    """Unwrap a section, never producing more than raw_size (+1 to detect excess) bytes."""
+    if codec == _NONE:
+        return data
+    name = LOSSLESS_NAMES[codec]
+    limit = raw_size + 1
+    try:
+        if codec == _ZSTD:
+            parts, got = [], 0
+            with zstandard.ZstdDecompressor().stream_reader(data.tobytes()) as reader:
+                while got < limit:
+                    chunk = reader.read(min(_CHUNK, limit - got))
+                    if not chunk:
+                        break
+                    parts.append(chunk)
+                    got += len(chunk)
+            out = b"".join(parts)
+        else:
+            dec = {_LZMA: lzma.LZMADecompressor, _BZ2: bz2.BZ2Decompressor, _ZLIB: zlib.decompressobj}[codec]()
+            out = dec.decompress(data.tobytes(), limit)
+            if not dec.eof:
+                raise ValueError("stream incomplete")
+    except (zstandard.ZstdError, lzma.LZMAError, zlib.error, OSError, EOFError, ValueError) as e:
+        raise FormatError(f"{what}: {name}-wrapped section does not decompress: {e}") from None
+    if len(out) != raw_size:
+        raise FormatError(f"{what}: {name}-wrapped section holds {len(out)} bytes, header declares {raw_size}")
+    return np.frombuffer(out, dtype=np.uint8)
+
+
+def _wrap(raw: bytes, codecs: tuple) -> tuple[int, bytes]:
+    """The smallest of the raw section and its lossless compressions: (codec id, bytes)."""
+    best = (_NONE, raw)
+    if not raw:
+        return best
+    for codec, level in codecs:
+        if codec == _ZSTD:
+            packed = zstandard.ZstdCompressor(level=level).compress(raw)
+        elif codec == _LZMA:
+            packed = lzma.compress(raw, preset=level)
+        elif codec == _BZ2:
+            packed = bz2.compress(raw, level)
+        else:
+            packed = zlib.compress(raw, level)
+        if len(packed) < len(best[1]):
+            best = (codec, packed)
+    return best
+
+
+_DATA_WRAPPERS = ((_ZSTD, 3),)
+
+
+def _gap8_wrappers(size: int) -> tuple:
+    zstd_levels = (3, 9, 19, 22) if size <= 1 << 20 else (3, 9, 19)
+    return tuple((_ZSTD, lv) for lv in zstd_levels) + ((_LZMA, 9), (_BZ2, 9), (_ZLIB, 9))
+
+
+# ---- array codec ----
+
+def compress_array(x: Any, error_bound: float, mode: str = "abs", *, predictor: str = "auto",
+                   radius: int = 32768) -> bytes:
+    """Compress a float32 array of any shape and layout so that every finite value decodes
+    within the bound (absolute, or relative to the value range in mode 'rel'); NaN and Inf
+    round-trip exactly."""
+    a = _check_float32(x, "compress_array")
+    eb = _check_bound(error_bound, mode)
+    pred = _check_choice(predictor, PREDICTORS, "predictor")
+    radius = _check_radius(radius)
+    if a.ndim > 8:
+        raise ValueError(f"compress_array: at most 8 dimensions are supported, got {a.ndim}")
+    flat = np.ascontiguousarray(a).reshape(-1)
+    bound = _absolute_bound(flat, eb, mode)
+    frame = _core.compress(flat, tuple(int(s) for s in a.shape), bound, eb, MODES[mode], pred, radius)
+    info = _core.frame_info(frame)
+    data = frame[info["header_size"]:]
+    codec, stored = _wrap(data, _DATA_WRAPPERS)
+    if codec == _NONE:
+        return frame
+    info.update(data_lossless=codec, data_stored=len(stored))
+    return _core.write_header(info) + stored
+
+
+def decompress_array(buf: Any) -> np.ndarray:
+    """Decode a compress_array stream (any bytes-like object) into a float32 array of its shape."""
+    info, u8 = _open_frame(buf, _core.KIND_ARRAY, "array stream")
+    hs = info["header_size"]
+    data = _inflate(info["data_lossless"], u8[hs:hs + info["data_stored"]], info["data_raw"], "array stream")
+    out = np.empty(info["n_elements"], dtype=np.float32)
+    try:
+        _core.decompress_array(info, data, out)
+    except _core.CoreError as e:
+        raise FormatError(f"array stream: data section: {e.name}") from None
+    return out.reshape(info["shape"])
+
+
+# ---- sparse matrices ----
+
+def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: str = "auto", *,
+                  predictor: str = "auto", radius: int = 32768) -> bytes:
+    """Encode a 2-D float32 matrix as its non-zeros (error-bounded, row-major) and their
+    positions (lossless, with the smallest index codec when index_codec='auto').
+    In mode 'rel' the bound is relative to the range of the non-zero finite values."""
+    a = _check_float32(w, "encode_sparse")
+    if a.ndim != 2:
+        raise ValueError(f"encode_sparse: a 2-D matrix is needed, got {a.ndim} dimensions")
+    eb = _check_bound(error_bound, mode)
+    if index_codec != "auto":
+        _check_choice(index_codec, INDEX_CODECS, "index_codec")
+    pred = _check_choice(predictor, PREDICTORS, "predictor")
+    radius = _check_radius(radius)
+    a = np.ascontiguousarray(a)
+    bound = _absolute_bound(a[a != 0] if mode == "rel" else a, eb, mode)
+    first = INDEX_CODECS["gap8"] if index_codec in ("auto", "gap8") else INDEX_CODECS["huffgap"]
+    frame = _core.encode_sparse(a, bound, eb, MODES[mode], pred, radius, first)
+    info = _core.frame_info(frame)
+    hs, dr = info["header_size"], info["data_raw"]
+    candidates = []  # (index codec, lossless codec, stored bytes, raw size)
+    if index_codec in ("auto", "gap8"):
+        gap8 = frame[hs + dr:]
+        candidates.append((INDEX_CODECS["gap8"], *_wrap(gap8, _gap8_wrappers(len(gap8))), len(gap8)))
+    if index_codec in ("auto", "huffgap"):
+        if first == INDEX_CODECS["huffgap"]:
+            huff = frame[hs + dr:]
+        else:
+            huff = _core.encode_sparse_index(a, INDEX_CODECS["huffgap"])
+        candidates.append((INDEX_CODECS["huffgap"], *_wrap(huff, _DATA_WRAPPERS), len(huff)))
+    index_id, index_lossless, index_bytes, index_raw = min(candidates, key=lambda c: len(c[2]))
+    data_lossless, data_bytes = _wrap(frame[hs:hs + dr], _DATA_WRAPPERS)
+    info.update(index_codec=index_id, index_lossless=index_lossless, index_raw=index_raw,
+                index_stored=len(index_bytes), data_lossless=data_lossless, data_stored=len(data_bytes))
+    return _core.write_header(info) + data_bytes + index_bytes
+
+
+def decode_sparse(buf: Any) -> np.ndarray:
+    """Rebuild the dense float32 matrix of an encode_sparse stream (any bytes-like object)."""
+    info, u8 = _open_frame(buf, _core.KIND_SPARSE, "sparse stream")
+    hs, ds = info["header_size"], info["data_stored"]
+    data = _inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "sparse stream: data section")
+    index = _inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "sparse stream: index section")
+    rows, cols = info["shape"]
+    out = np.zeros(info["n_elements"], dtype=np.float32)
+    try:
+        _core.decode_sparse(info, data, index, out)
+    except _core.CoreError as e:
+        raise FormatError(f"sparse stream ({rows}x{cols}, nnz {info['nnz']}): {e.name}") from None
+    return out.reshape(rows, cols)
+
+
+def sparse_info(buf: Any) -> dict:
+    """What a sparse stream holds: shape, nnz, bound, codecs and section sizes (header only)."""
+    info, u8 = _open_frame(buf, _core.KIND_SPARSE, "sparse stream")
+    return {
+        "rows": info["shape"][0],
+        "cols": info["shape"][1],
+        "nnz": info["nnz"],
+        "error_bound": info["error_bound"],
+        "user_bound": info["user_bound"],
+        "mode": "rel" if info["mode"] else "abs",
+        "predictor": PREDICTOR_NAMES[info["predictor"]],
+        "radius": info["radius"],
+        "index_codec": INDEX_CODEC_NAMES[info["index_codec"]],
+        "data_lossless": LOSSLESS_NAMES[info["data_lossless"]],
+        "index_lossless": LOSSLESS_NAMES[info["index_lossless"]],
+        "header_bytes": info["header_size"],
+        "data_bytes": info["data_stored"],
+        "index_bytes": info["index_stored"],
+        "total_bytes": int(u8.size),
+        "format_version": info["version"],
+    }
+
