@@ -99,6 +99,11 @@ class Layer:
     skip_reason: str  # why not compressible ("" when it is)
     shared_with: tuple = ()  # names of the other layers whose weight is the same buffer
 
+    @property
+    def buffer_index(self) -> int:
+        """The same as `buffer` (the name the container's table uses)."""
+        return self.buffer
+
 
 @dataclass(frozen=True)
 class WeightBuffer:
@@ -286,6 +291,10 @@ class TFLiteModel:
         for s, t in self._buffer_users[w.buffer]:
             if s != 0 or t not in weight_tensors:
                 return f"buffer {w.buffer} is also read by tensor {t} of subgraph {s}, which is not a layer weight"
+        for op in self.ops:
+            reads = [i for i, t in enumerate(op.inputs) if t == w.index]
+            if reads and (op.name not in KINDS or reads != [1]):
+                return f"weight tensor {w.index} is also read by op {op.index} ({op.name}) as a non-weight input"
         return ""
 
     def layers(self, kinds: Sequence[str] = ("fc",)) -> list:

@@ -6,10 +6,10 @@ with different weights. Capturing the tail's input once with the interpreter
 than invoking the whole model each time, and agrees with the interpreter to float32 rounding.
 
 Supported ops: FULLY_CONNECTED (float32 constant weights, default weight format, fused activation
-NONE / RELU / RELU_N1_TO_1 / RELU6 / TANH), RELU, RELU6, RELU_N1_TO_1, TANH, LOGISTIC,
+NONE / RELU / RELU_N1_TO_1 / RELU6, as for every op here), RELU, RELU6, RELU_N1_TO_1, TANH, LOGISTIC,
 LEAKY_RELU, SOFTMAX, LOG_SOFTMAX, RESHAPE / SQUEEZE / EXPAND_DIMS, and ADD / SUB / MUL / DIV with
 a float32 constant operand. The chain must not branch: each intermediate tensor feeds only the
-next op. `Tail.from_model` returns None when the tail is anything else (the caller then falls back
+next op (so a RESHAPE whose shape is computed from its input, as a dynamic Flatten is, ends it). `Tail.from_model` returns None when the tail is anything else (the caller then falls back
 to the interpreter); with strict=True it raises InputError saying why.
 """
 
@@ -28,13 +28,15 @@ __all__ = ["Step", "Tail"]
 
 DEFAULT_CHUNK = 4096
 
+# Fused activations as the float kernels apply them (they clamp; FULLY_CONNECTED refuses TANH and
+# ADD/MUL ignore it, so a fused TANH is left unsupported). TANH as an op of its own is supported.
 _ACTIVATIONS = {
     "NONE": None,
     "RELU": lambda v: np.maximum(v, 0, out=v),
     "RELU6": lambda v: np.clip(v, 0, 6, out=v),
     "RELU_N1_TO_1": lambda v: np.clip(v, -1, 1, out=v),
-    "TANH": lambda v: np.tanh(v, out=v),
 }
+_OP_ACTIVATIONS = dict(_ACTIVATIONS, TANH=lambda v: np.tanh(v, out=v))
 _ACTIVATION_OPS = {"RELU", "RELU6", "RELU_N1_TO_1", "TANH", "LOGISTIC", "LEAKY_RELU"}
 _SHAPE_OPS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 _BINARY_OPS = {"ADD", "SUB", "MUL", "DIV"}
@@ -130,6 +132,8 @@ class Tail:
             if out.type != "FLOAT32":
                 raise _Unsupported(f"op {op.index} ({op.name}) outputs {out.type}")
             shape = out.shape[1:]
+            if op.name not in _BINARY_OPS and op.inputs[0] != current:
+                raise _Unsupported(f"op {op.index} ({op.name}) reads tensor {current} as a parameter")
             if op.name == "FULLY_CONNECTED":
                 step = cls._fc_step(model, op, fc_names[op.index], current, shape, weights, biases)
             elif op.name in _ACTIVATION_OPS:
@@ -162,8 +166,6 @@ class Tail:
     @staticmethod
     def _fc_step(model, op, name, current, shape, weights, biases) -> Step:
         layer = model.layer(name)
-        if op.inputs[0] != current:
-            raise _Unsupported(f"{name} reads tensor {op.inputs[0]}, not the chain's tensor {current}")
         if op.options.get("weights_format", 0) != 0:
             raise _Unsupported(f"{name} uses a shuffled weight format")
         w = model.constant(layer.weight)
@@ -250,7 +252,7 @@ class Tail:
             return _sigmoid(v)
         if step.op == "LEAKY_RELU":
             return np.where(v >= 0, v, v * np.float32(step.alpha))
-        return _ACTIVATIONS[step.op](v)
+        return _OP_ACTIVATIONS[step.op](v)
 
     @staticmethod
     def _binary(step: Step, v: np.ndarray) -> np.ndarray:
