@@ -17,7 +17,7 @@ import numpy as np
 import zstandard
 
 from pydsz import _core
-from pydsz.errors import FormatError
+from pydsz.errors import DszError, FormatError
 
 __all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse", "sparse_info"]
 
@@ -250,7 +250,10 @@ def decode_sparse(buf: Any) -> np.ndarray:
     data = _inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "sparse stream: data section")
     index = _inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "sparse stream: index section")
     rows, cols = info["shape"]
-    out = np.zeros(info["n_elements"], dtype=np.float32)
+    try:
+        out = np.zeros(info["n_elements"], dtype=np.float32)
+    except MemoryError:
+        raise DszError(f"sparse stream: no memory for the dense {rows}x{cols} float32 output") from None
     try:
         _core.decode_sparse(info, data, index, out)
     except _core.CoreError as e:

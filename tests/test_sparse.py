@@ -1,0 +1,132 @@
+"""Sparse weight matrices: exact positions, bounded values, index codecs, untrusted input."""
+import pathlib
+
+import numpy as np
+import pytest
+
+from pydsz import codec
+from pydsz.errors import DszError, FormatError
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+def pruned(rows, cols, density, seed=0, dead_cols=0):
+    w = np.random.default_rng(seed).laplace(0, 0.05, (rows, cols)).astype(np.float32)
+    if density < 1 and w.size:
+        w[np.abs(w) < np.quantile(np.abs(w), 1 - density)] = 0
+    w[:, :dead_cols] = 0
+    return w
+
+
+def check(w, eb, **kw):
+    b = codec.encode_sparse(w, eb, **kw)
+    y = codec.decode_sparse(b)
+    assert y.dtype == np.float32 and y.shape == w.shape
+    assert np.array_equal(y != 0, w != 0), "non-zero positions must be exact"
+    assert np.all(np.abs(y.astype(np.float64) - w.astype(np.float64)) <= eb)
+    return b
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (0, 5), (5, 0), (1, 1000), (1000, 1), (37, 53), (300, 784)])
+@pytest.mark.parametrize("index_codec", ["auto", "gap8", "huffgap"])
+def test_round_trip_shapes(shape, index_codec):
+    check(pruned(*shape, 0.08), 1e-2, index_codec=index_codec)
+
+
+@pytest.mark.parametrize("density", [0.0, 0.002, 0.09, 0.5, 1.0])
+def test_round_trip_densities(density):
+    check(pruned(200, 300, density), 5e-3)
+
+
+def test_long_gaps_use_fillers_without_data_slots():
+    w = np.zeros((3, 5000), np.float32)
+    w[0, 0], w[1, 4999], w[2, 2000] = 1.0, -2.0, 0.5
+    for ic in ("gap8", "huffgap"):
+        b = check(w, 1e-3, index_codec=ic)
+        assert codec.sparse_info(b)["nnz"] == 3
+
+
+def test_nonzero_never_decodes_to_zero_with_large_bound():
+    w = pruned(50, 60, 0.2)
+    check(w, 10.0)  # every value is within one step of 0; still non-zero after decoding
+
+
+def test_nonfinite_values_kept():
+    w = np.zeros((4, 4), np.float32)
+    w[0, 1], w[2, 2], w[3, 0] = np.nan, np.inf, -np.inf
+    y = codec.decode_sparse(codec.encode_sparse(w, 1e-3))
+    assert np.isnan(y[0, 1]) and y[2, 2] == np.inf and y[3, 0] == -np.inf
+
+
+def test_info():
+    w = pruned(100, 80, 0.1)
+    b = codec.encode_sparse(w, 1e-2)
+    info = codec.sparse_info(b)
+    assert (info["rows"], info["cols"], info["nnz"]) == (100, 80, int((w != 0).sum()))
+    assert info["error_bound"] == 1e-2 and info["predictor"] == "none"
+    assert info["index_codec"] in ("gap8", "huffgap")
+    assert info["header_bytes"] + info["data_bytes"] + info["index_bytes"] == info["total_bytes"] == len(b)
+
+
+def test_auto_picks_smallest_index():
+    w = pruned(300, 784, 0.08, dead_cols=100)
+    sizes = {ic: len(codec.encode_sparse(w, 1e-2, index_codec=ic)) for ic in ("gap8", "huffgap")}
+    assert len(codec.encode_sparse(w, 1e-2)) == min(sizes.values())
+
+
+def test_relative_mode():
+    w = pruned(100, 100, 0.1)
+    nz = w[w != 0]
+    b = codec.encode_sparse(w, 1e-3, mode="rel")
+    eb = codec.sparse_info(b)["error_bound"]
+    assert eb == pytest.approx(1e-3 * (float(nz.max()) - float(nz.min())))
+    assert np.all(np.abs(codec.decode_sparse(b) - w) <= eb)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="2-D"):
+        codec.encode_sparse(np.zeros(5, np.float32), 1e-3)
+    with pytest.raises(ValueError, match="float32"):
+        codec.encode_sparse(np.zeros((2, 2)), 1e-3)
+    with pytest.raises(ValueError, match="index_codec"):
+        codec.encode_sparse(np.zeros((2, 2), np.float32), 1e-3, index_codec="rle")
+    with pytest.raises(ValueError, match="error_bound"):
+        codec.encode_sparse(np.zeros((2, 2), np.float32), 0)
+
+
+def test_array_and_sparse_streams_not_confused():
+    with pytest.raises(FormatError, match="sparse"):
+        codec.decompress_array(codec.encode_sparse(np.eye(3, dtype=np.float32), 1e-3))
+    with pytest.raises(FormatError, match="array"):
+        codec.decode_sparse(codec.compress_array(np.eye(3, dtype=np.float32), 1e-3))
+
+
+@pytest.mark.parametrize("index_codec", ["gap8", "huffgap"])
+def test_truncation_at_every_offset_raises(index_codec):
+    b = codec.encode_sparse(pruned(10, 12, 0.3), 1e-2, index_codec=index_codec)
+    for k in range(len(b)):
+        with pytest.raises(FormatError):
+            codec.decode_sparse(b[:k])
+
+
+@pytest.mark.parametrize("index_codec", ["gap8", "huffgap"])
+def test_bit_flips_never_crash(index_codec):
+    rng = np.random.default_rng(3)
+    b = codec.encode_sparse(pruned(20, 30, 0.2), 1e-2, index_codec=index_codec)
+    for _ in range(1500):
+        m = bytearray(b)
+        pos = int(rng.integers(len(m)))
+        m[pos] ^= 1 << int(rng.integers(8))
+        try:
+            y = codec.decode_sparse(bytes(m))
+            assert y.shape[0] * y.shape[1] <= 1 << 36
+        except DszError:
+            pass
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("sparse_*.bin")))
+def test_frozen_fixtures_decode_bit_exactly(name):
+    y = codec.decode_sparse((FIXTURES / f"{name}.bin").read_bytes())
+    expected = np.load(FIXTURES / f"{name}.npy")
+    assert y.shape == expected.shape
+    assert np.array_equal(y.view(np.uint32), expected.view(np.uint32))
