@@ -1,0 +1,266 @@
+/* Unit tests of libdsz: plain asserts through CHECK, no framework. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "dsz.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static double unif(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+static float laplace(double scale)
+{
+    double const u = unif() - 0.5;
+    return (float)(-scale * (u < 0 ? -1 : 1) * log(1 - 2 * fabs(u) + 1e-300));
+}
+
+static dsz_params params(double eb, unsigned predictor)
+{
+    dsz_params p;
+    p.errorBound = eb; p.userBound = eb; p.mode = DSZ_MODE_ABS; p.predictor = predictor; p.radius = 0;
+    return p;
+}
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
+
+static int within(const float* x, const float* y, size_t n, double eb)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        if (isfinite(x[i])) { if (!(fabs((double)x[i] - (double)y[i]) <= eb)) return 0; }
+        else if (!same_bits(x[i], y[i])) return 0;
+    }
+    return 1;
+}
+
+static void test_errors(void)
+{
+    size_t const e = DSZ_ERROR(corruption_detected);
+    CHECK(dsz_isError(e));
+    CHECK(!dsz_isError(0) && !dsz_isError(12345));
+    CHECK(dsz_getErrorCode(e) == DSZ_error_corruption_detected);
+    CHECK(!strcmp(dsz_getErrorName(e), "DSZ_error_corruption_detected"));
+    CHECK(!strcmp(dsz_getErrorName(0), "No error"));
+    CHECK(dsz_getErrorString(DSZ_error_srcSize_wrong) != NULL);
+    CHECK(dsz_versionNumber() == DSZ_VERSION_NUMBER);
+}
+
+/* compress, check the bound, then every truncation and some bit flips must fail cleanly */
+static void round_trip(const float* x, size_t n, double eb, unsigned predictor, int abuse)
+{
+    unsigned long long shape[1];
+    size_t const cap = dsz_compressBound(n, 0);
+    uint8_t* buf = (uint8_t*)malloc(cap);
+    float* y = (float*)malloc(sizeof(float) * (n + 1));
+    dsz_params const p = params(eb, predictor);
+    size_t csize, r, k;
+    shape[0] = n;
+    CHECK(!dsz_isError(cap));
+    csize = dsz_compress(buf, cap, x, shape, 1, &p);
+    CHECK(!dsz_isError(csize));
+    if (dsz_isError(csize)) { free(buf); free(y); return; }
+    r = dsz_decompress(y, n, buf, csize);
+    CHECK(r == n);
+    CHECK(within(x, y, n, eb));
+    CHECK(dsz_getErrorCode(dsz_decompress(y, n ? n - 1 : 0, buf, csize)) == (n ? DSZ_error_dstSize_tooSmall : DSZ_error_no_error));
+    if (abuse) {
+        for (k = 0; k < csize; k++) CHECK(dsz_isError(dsz_decompress(y, n, buf, k)));
+        for (k = 0; k < 8 * csize; k++) {
+            buf[k / 8] ^= (uint8_t)(1u << (k % 8));
+            (void)dsz_decompress(y, n, buf, csize); /* any result, but no crash (ASan/UBSan watch) */
+            buf[k / 8] ^= (uint8_t)(1u << (k % 8));
+        }
+    }
+    free(buf);
+    free(y);
+}
+
+static void test_arrays(void)
+{
+    size_t const n = 20000;
+    float* x = (float*)malloc(sizeof(float) * n);
+    size_t i;
+    static const float special[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1.17e-38f, 3.4028235e38f, -3.4028235e38f,
+                                    1.0f, -1.0f, 123456.7f, 1e-30f};
+    float odd[16];
+    uint32_t const nanbits[3] = {0x7FC01234u, 0xFF800001u, 0x7F800000u};
+    static const double ebs[] = {1e-320, 1e-45, 1e-30, 1e-6, 1e-2, 1.0, 1e30, 1e38, 1e300, 1.7e308};
+    for (i = 0; i < n; i++) x[i] = laplace(0.05);
+    round_trip(x, n, 1e-3, DSZ_PRED_NONE, 0);
+    round_trip(x, n, 1e-3, DSZ_PRED_LORENZO, 0);
+    round_trip(x, n, 1e-2, DSZ_PRED_AUTO, 0);
+    round_trip(x, 0, 1e-2, DSZ_PRED_AUTO, 1);
+    round_trip(x, 1, 1e-2, DSZ_PRED_AUTO, 1);
+    round_trip(x, 40, 1e-2, DSZ_PRED_NONE, 1);
+    round_trip(x, 40, 1e-2, DSZ_PRED_LORENZO, 1);
+    memcpy(odd, special, sizeof(special));
+    for (i = 0; i < 3; i++) memcpy(odd + 11 + i, nanbits + i, 4);
+    odd[14] = -INFINITY; odd[15] = 2.5f;
+    for (i = 0; i < sizeof(ebs) / sizeof(ebs[0]); i++) {
+        round_trip(odd, 16, ebs[i], DSZ_PRED_NONE, 0);
+        round_trip(odd, 16, ebs[i], DSZ_PRED_LORENZO, 0);
+    }
+    round_trip(odd, 16, 1e-3, DSZ_PRED_AUTO, 1);
+    free(x);
+}
+
+static void test_bad_params(void)
+{
+    float x[4] = {1, 2, 3, 4};
+    unsigned long long shape[1] = {4};
+    uint8_t buf[512];
+    dsz_params p = params(0.0, DSZ_PRED_NONE);
+    CHECK(dsz_getErrorCode(dsz_compress(buf, sizeof(buf), x, shape, 1, &p)) == DSZ_error_parameter_outOfBound);
+    p.errorBound = NAN;
+    CHECK(dsz_isError(dsz_compress(buf, sizeof(buf), x, shape, 1, &p)));
+    p = params(1e-3, 7);
+    CHECK(dsz_getErrorCode(dsz_compress(buf, sizeof(buf), x, shape, 1, &p)) == DSZ_error_parameter_unsupported);
+    p = params(1e-3, DSZ_PRED_NONE);
+    p.radius = DSZ_RADIUS_MAX + 1;
+    CHECK(dsz_isError(dsz_compress(buf, sizeof(buf), x, shape, 1, &p)));
+    p.radius = 0;
+    CHECK(dsz_getErrorCode(dsz_compress(buf, 20, x, shape, 1, &p)) == DSZ_error_dstSize_tooSmall);
+    CHECK(dsz_getErrorCode(dsz_compress(buf, 60, x, shape, 1, &p)) == DSZ_error_dstSize_tooSmall);
+}
+
+static void test_header(void)
+{
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    unsigned long long shape[2] = {2, 3};
+    uint8_t buf[4096];
+    dsz_params const p = params(1e-3, DSZ_PRED_NONE);
+    dsz_frameInfo f;
+    size_t const cs = dsz_compress(buf, sizeof(buf), x, shape, 2, &p);
+    size_t hs;
+    CHECK(!dsz_isError(cs));
+    hs = dsz_getFrameInfo(&f, buf, cs);
+    CHECK(hs == 64 && f.kind == DSZ_KIND_ARRAY && f.nElements == 6 && f.shape[1] == 3);
+    CHECK(f.errorBound == 1e-3 && f.dataRawSize == cs - hs);
+    buf[0] = 'X';
+    CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_prefix_unknown);
+    buf[0] = 'D';
+    buf[4] = 2;
+    CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_version_unsupported);
+    buf[4] = 1;
+    buf[11] = 1;
+    CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_corruption_detected);
+    buf[11] = 0;
+    /* shape whose product overflows */
+    dsz_wr64(buf + 48, 1ull << 40);
+    dsz_wr64(buf + 56, 1ull << 40);
+    CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_corruption_detected);
+}
+
+static size_t table(uint8_t* t, unsigned maxLen, uint32_t lo, const unsigned* lens, uint32_t count)
+{
+    uint32_t i;
+    memset(t, 0, 64);
+    t[0] = (uint8_t)maxLen;
+    t[1] = 0;
+    dsz_wr32(t + 2, lo);
+    dsz_wr32(t + 6, lo + count - 1);
+    for (i = 0; i < count; i++) t[10 + i / 2] |= (uint8_t)(lens[i] << ((i & 1) ? 0 : 4));
+    return 10 + (count + 1) / 2;
+}
+
+static void test_huffman_tables(void)
+{
+    uint8_t t[64];
+    dsz_hufDec d;
+    static const unsigned complete[] = {1, 2, 3, 3};
+    static const unsigned over[] = {1, 2, 2, 3};
+    static const unsigned incomplete[] = {1, 2, 3};
+    static const unsigned single[] = {1};
+    size_t r = dsz_huf_readTable(&d, t, table(t, 3, 5, complete, 4), 16);
+    CHECK(!dsz_isError(r));
+    dsz_huf_freeDec(&d);
+    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 3, 5, over, 4), 16)));
+    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 3, 5, incomplete, 3), 16)));
+    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 4, 5, complete, 4), 16))); /* maxLen lies */
+    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 3, 14, complete, 4), 16))); /* past alphabet */
+    r = dsz_huf_readTable(&d, t, table(t, 1, 3, single, 1), 16);
+    CHECK(!dsz_isError(r) && d.single);
+    dsz_huf_freeDec(&d);
+}
+
+static void sparse_case(size_t rows, size_t cols, double density, unsigned codec, int abuse)
+{
+    size_t const n = rows * cols;
+    float* w = (float*)calloc(n + 1, sizeof(float));
+    float* y = (float*)calloc(n + 1, sizeof(float));
+    size_t const cap = dsz_sparseBound(rows, cols, n, 0);
+    uint8_t* buf = (uint8_t*)malloc(cap);
+    dsz_params const p = params(1e-2, DSZ_PRED_AUTO);
+    dsz_frameInfo f;
+    size_t i, cs, hs, r, nnz = 0, k;
+    for (i = 0; i < n; i++)
+        if (unif() < density) { w[i] = laplace(0.05); if (w[i] == 0.0f) w[i] = 1.0f; nnz++; }
+    cs = dsz_encodeSparse(buf, cap, w, rows, cols, &p, codec);
+    CHECK(!dsz_isError(cs));
+    hs = dsz_getFrameInfo(&f, buf, cs);
+    CHECK(!dsz_isError(hs) && f.nnz == nnz && f.indexCodec == codec);
+    r = dsz_decodeSparse(y, n, &f, buf + hs, (size_t)f.dataRawSize, buf + hs + f.dataRawSize, (size_t)f.indexRawSize);
+    CHECK(r == nnz);
+    for (i = 0; i < n; i++) CHECK((w[i] != 0) == (y[i] != 0) && fabs((double)w[i] - y[i]) <= 1e-2);
+    if (abuse) {
+        for (k = 0; k < 8 * cs; k++) {
+            buf[k / 8] ^= (uint8_t)(1u << (k % 8));
+            hs = dsz_getFrameInfo(&f, buf, cs);
+            if (!dsz_isError(hs) && f.nElements <= n && hs + f.dataRawSize + f.indexRawSize == cs) {
+                memset(y, 0, sizeof(float) * n);
+                (void)dsz_decodeSparse(y, n, &f, buf + hs, (size_t)f.dataRawSize, buf + hs + f.dataRawSize,
+                                       (size_t)f.indexRawSize);
+            }
+            buf[k / 8] ^= (uint8_t)(1u << (k % 8));
+        }
+    }
+    free(w);
+    free(y);
+    free(buf);
+}
+
+static void test_sparse(void)
+{
+    unsigned c;
+    for (c = DSZ_INDEX_GAP8; c <= DSZ_INDEX_HUFFGAP; c++) {
+        sparse_case(0, 0, 0.1, c, 0);
+        sparse_case(1, 1000, 0.05, c, 0);
+        sparse_case(1000, 1, 0.05, c, 0);
+        sparse_case(100, 300, 0.09, c, 0);
+        sparse_case(30, 40, 1.0, c, 0);
+        sparse_case(30, 40, 0.0, c, 0);
+        sparse_case(3, 2000, 0.002, c, 0);
+        sparse_case(8, 9, 0.3, c, 1);
+    }
+}
+
+int main(void)
+{
+    test_errors();
+    test_arrays();
+    test_bad_params();
+    test_header();
+    test_huffman_tables();
+    test_sparse();
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("libdsz tests passed\n");
+    return 0;
+}

@@ -1,0 +1,30 @@
+"""libdsz's C unit tests, built and run through their Makefile (skipped without a C compiler)."""
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+TESTS = pathlib.Path(__file__).resolve().parent.parent / "libdsz" / "tests"
+needs_cc = pytest.mark.skipif(not (shutil.which("make") and (shutil.which("cc") or shutil.which("gcc"))),
+                              reason="no C compiler or make")
+
+
+def run_make(target):
+    r = subprocess.run(["make", "-C", str(TESTS), target], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert "libdsz tests passed" in r.stdout
+
+
+@needs_cc
+def test_c_unit_tests():
+    run_make("test")
+
+
+@needs_cc
+def test_c_unit_tests_under_asan_ubsan():
+    probe = subprocess.run(["cc", "-fsanitize=address,undefined", "-x", "c", "-o", "/dev/null", "-"],
+                           input="int main(void){return 0;}", capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("the C compiler cannot build with sanitizers here")
+    run_make("sanitize")
