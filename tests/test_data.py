@@ -1,0 +1,259 @@
+"""pydsz.data: IDX and .npz loaders on real files, their errors, and the bundled models and data."""
+
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pydsz.data import (
+    FASHION_MNIST_DIR,
+    bundled,
+    fashion_mnist,
+    load_npz,
+    read_idx,
+    split_validation,
+)
+from pydsz.errors import InputError
+
+MODELS = ["lenet300.tflite", "lenet5.tflite", "lenet300_ool.tflite"]
+needs_debian_fmnist = pytest.mark.skipif(
+    not os.path.isdir(FASHION_MNIST_DIR), reason="apt-get install dataset-fashion-mnist"
+)
+
+
+def idx_bytes(array: np.ndarray, code: int) -> bytes:
+    header = bytes([0, 0, code, array.ndim]) + np.array(array.shape, ">u4").tobytes()
+    return header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+
+
+# --- bundled files -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["fmnist_val.npz", "fmnist_test.npz"])
+def test_bundled_npz_holds_uint8_fashion_mnist(name):
+    x, y = load_npz(bundled(name))
+    assert x.dtype == np.uint8 and x.shape[1:] == (28, 28)
+    assert y.dtype == np.uint8 and y.shape == (len(x),)
+    assert len(x) == {"fmnist_val.npz": 5000, "fmnist_test.npz": 10000}[name]
+    assert set(np.unique(y)) == set(range(10))
+
+
+def test_bundled_unknown_name_lists_what_is_there():
+    with pytest.raises(InputError, match=r"nope\.tflite: no such bundled file.*lenet5\.tflite"):
+        bundled("nope.tflite")
+
+
+def test_bundled_rejects_paths():
+    with pytest.raises(InputError):
+        bundled("../data.py")
+
+
+# --- Fashion-MNIST from Debian's package -----------------------------------------------------------
+
+
+@needs_debian_fmnist
+@pytest.mark.parametrize("split,n", [("train", 60000), ("test", 10000)])
+def test_fashion_mnist_reads_debian_files(split, n):
+    x, y = fashion_mnist(split)
+    assert x.shape == (n, 28, 28) and x.dtype == np.uint8
+    assert y.shape == (n,) and y.dtype == np.uint8 and y.max() == 9
+
+
+@needs_debian_fmnist
+def test_bundled_splits_match_debian_files():
+    (_, _), (x_val, y_val) = split_validation(*fashion_mnist("train"))
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    assert np.array_equal(x, x_val) and np.array_equal(y, y_val)
+    x, y = load_npz(bundled("fmnist_test.npz"))
+    x_test, y_test = fashion_mnist("test")
+    assert np.array_equal(x, x_test) and np.array_equal(y, y_test)
+
+
+def test_fashion_mnist_directory_from_env(tmp_path, monkeypatch):
+    x = np.arange(3 * 28 * 28, dtype=np.uint8).reshape(3, 28, 28)
+    y = np.array([1, 2, 3], np.uint8)
+    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx_bytes(x, 0x08)))
+    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(idx_bytes(y, 0x08))
+    monkeypatch.setenv("DSZ_FASHION_MNIST_DIR", str(tmp_path))
+    got_x, got_y = fashion_mnist("test")
+    assert np.array_equal(got_x, x) and np.array_equal(got_y, y)
+
+
+def test_fashion_mnist_absent_names_the_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSZ_FASHION_MNIST_DIR", str(tmp_path / "missing"))
+    with pytest.raises(InputError, match=r"missing.*apt-get install dataset-fashion-mnist"):
+        fashion_mnist("train")
+
+
+def test_fashion_mnist_unknown_split():
+    with pytest.raises(InputError, match="'validation'"):
+        fashion_mnist("validation")
+
+
+def test_split_validation_takes_the_last_samples():
+    x, y = np.arange(10), np.arange(10) % 3
+    (xt, yt), (xv, yv) = split_validation(x, y, 4)
+    assert list(xt) == list(range(6)) and list(xv) == [6, 7, 8, 9]
+    assert list(yv) == [0, 1, 2, 0] and len(yt) == 6
+
+
+# --- IDX -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype,code", [("u1", 0x08), ("i2", 0x0B), ("i4", 0x0C), ("f4", 0x0D)])
+def test_read_idx_round_trips_plain_and_gzipped(tmp_path, dtype, code):
+    a = (np.arange(24) - 5).astype(dtype).reshape(2, 3, 4)
+    for name, raw in (("a.idx", idx_bytes(a, code)), ("a.idx.gz", gzip.compress(idx_bytes(a, code)))):
+        (tmp_path / name).write_bytes(raw)
+        got = read_idx(tmp_path / name)
+        assert got.dtype == np.dtype(dtype) and np.array_equal(got, a)
+
+
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        (b"", "bad magic"),
+        (b"\x01\x00\x08\x01", "bad magic"),
+        (b"\x00\x00\x07\x01\x00\x00\x00\x01x", "unknown IDX type code 0x07"),
+        (b"\x00\x00\x08\x02\x00\x00\x00\x01", "truncated IDX header"),
+        (b"\x00\x00\x08\x01\x00\x00\x00\x05abc", r"needs 5 data bytes, file has 3"),
+        (b"\x00\x00\x08\x01\x00\x00\x00\x01ab", r"needs 1 data bytes, file has 2"),
+        (b"\x1f\x8bnot really gzip", "corrupt gzip"),
+        (gzip.compress(b"\x00\x00\x08\x01\x00\x00\x00\x05abcde")[:-6], "corrupt gzip"),
+    ],
+    ids=["empty", "magic", "type", "header", "truncated", "trailing", "gzip", "gzip-truncated"],
+)
+def test_read_idx_bad_file(tmp_path, raw, message):
+    path = tmp_path / "bad.idx"
+    path.write_bytes(raw)
+    with pytest.raises(InputError, match=message) as info:
+        read_idx(path)
+    assert str(path) in str(info.value)
+
+
+def test_read_idx_missing_file(tmp_path):
+    with pytest.raises(InputError, match=r"nothing\.idx: no such file"):
+        read_idx(tmp_path / "nothing.idx")
+
+
+# --- .npz ----------------------------------------------------------------------------------------
+
+
+def test_load_npz_returns_arrays_as_stored(tmp_path):
+    x = np.random.default_rng(0).normal(size=(7, 3)).astype(np.float16)
+    y = np.arange(7, dtype=np.int64)
+    np.savez(tmp_path / "d.npz", x=x, y=y, extra=np.zeros(2))
+    got_x, got_y = load_npz(str(tmp_path / "d.npz"))
+    assert got_x.dtype == np.float16 and np.array_equal(got_x, x)
+    assert got_y.dtype == np.int64 and np.array_equal(got_y, y)
+
+
+def _save(path: Path, **arrays):
+    np.savez(path, **arrays)
+    return path
+
+
+BAD_NPZ = {
+    "no-x": (lambda p: _save(p, y=np.zeros(3, np.uint8)), "no array 'x'"),
+    "no-y": (lambda p: _save(p, x=np.zeros((3, 2))), "no array 'y'"),
+    "lengths": (lambda p: _save(p, x=np.zeros((3, 2)), y=np.zeros(4, np.int32)), "3 samples, 'y' has 4"),
+    "float-y": (lambda p: _save(p, x=np.zeros((3, 2)), y=np.zeros(3)), "1-D integer labels"),
+    "2d-y": (lambda p: _save(p, x=np.zeros((3, 2)), y=np.zeros((3, 1), np.int8)), "1-D integer labels"),
+    "scalar-x": (lambda p: _save(p, x=np.float32(1), y=np.zeros(1, np.int8)), "array 'x' must be numeric"),
+    "str-x": (lambda p: _save(p, x=np.array(["a"]), y=np.zeros(1, np.int8)), "array 'x' must be numeric"),
+    "empty": (lambda p: _save(p, x=np.zeros((0, 2)), y=np.zeros(0, np.int8)), "no samples"),
+    "object": (lambda p: _save(p, x=np.array([[1], None], dtype=object), y=np.zeros(2, np.int8)), "not a valid"),
+    "npy": (lambda p: np.save(open(p, "wb"), np.zeros(3)), "not an .npz archive"),
+    "text": (lambda p: p.write_text("x,y\n1,2\n"), "not a valid .npz"),
+    "truncated-zip": (
+        lambda p: p.write_bytes(_save(p, x=np.zeros((50, 9)), y=np.zeros(50, np.int8)).read_bytes()[:300]),
+        "not a valid .npz",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NPZ))
+def test_load_npz_bad_file(tmp_path, case):
+    make, message = BAD_NPZ[case]
+    path = tmp_path / "data.npz"
+    make(path)
+    with pytest.raises(InputError, match=message) as info:
+        load_npz(path)
+    assert str(path) in str(info.value)
+
+
+def test_load_npz_missing_file(tmp_path):
+    path = tmp_path / "absent.npz"
+    with pytest.raises(InputError, match=f"^{path}: no such file$"):
+        load_npz(path)
+
+
+def test_load_npz_directory(tmp_path):
+    with pytest.raises(InputError, match="cannot read") as info:
+        load_npz(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+# --- bundled models in the real LiteRT interpreter -----------------------------------------------
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_bundled_model_accuracy_in_litert(name):
+    interpreter_module = pytest.importorskip("ai_edge_litert.interpreter")
+    x, y = load_npz(bundled("fmnist_test.npz"))
+    interp = interpreter_module.Interpreter(model_path=str(bundled(name)))
+    inp = interp.get_input_details()[0]
+    assert inp["shape_signature"][0] == -1, "batch dimension must be dynamic"
+    shape = [len(x), *inp["shape"][1:]]
+    interp.resize_tensor_input(inp["index"], shape)
+    interp.allocate_tensors()
+    interp.set_tensor(inp["index"], x.reshape(shape).astype(np.float32))
+    interp.invoke()
+    probs = interp.get_tensor(interp.get_output_details()[0]["index"])
+    assert probs.shape == (len(x), 10)
+    assert np.mean(probs.argmax(1) == y) > 0.85
+
+
+def test_bundled_out_of_line_model_matches_inline():
+    interpreter_module = pytest.importorskip("ai_edge_litert.interpreter")
+    x, _ = load_npz(bundled("fmnist_val.npz"))
+    x = x[:500].reshape(500, 784).astype(np.float32)
+    outputs = []
+    for name in ("lenet300.tflite", "lenet300_ool.tflite"):
+        interp = interpreter_module.Interpreter(model_content=bundled(name).read_bytes())
+        inp = interp.get_input_details()[0]
+        interp.resize_tensor_input(inp["index"], x.shape)
+        interp.allocate_tensors()
+        interp.set_tensor(inp["index"], x)
+        interp.invoke()
+        outputs.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
+    assert np.array_equal(outputs[0], outputs[1])
+
+
+def test_bundled_out_of_line_model_has_no_inline_weights():
+    tflite = pytest.importorskip("tflite")
+    raw = bundled("lenet300_ool.tflite").read_bytes()
+    model = tflite.Model.GetRootAsModel(raw, 0)
+    sizes = [model.Buffers(i).Size() for i in range(model.BuffersLength())]
+    assert sorted(sizes)[-3:] == [4 * 10 * 100, 4 * 100 * 300, 4 * 300 * 784]
+    for i in range(model.BuffersLength()):
+        buf = model.Buffers(i)
+        if buf.Size() > 0:
+            assert buf.Offset() > 1 and buf.DataLength() == 0
+            assert buf.Offset() + buf.Size() <= len(raw)
+
+
+def test_bundled_shared_model_feeds_one_buffer_to_two_fc_ops():
+    tflite = pytest.importorskip("tflite")
+    model = tflite.Model.GetRootAsModel(bundled("shared.tflite").read_bytes(), 0)
+    graph = model.Subgraphs(0)
+    weight_buffers = []
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) == tflite.BuiltinOperator.FULLY_CONNECTED:
+            weight_buffers.append(graph.Tensors(op.Inputs(1)).Buffer())
+    assert len(weight_buffers) == 3
+    assert weight_buffers[0] == weight_buffers[1] != weight_buffers[2]
