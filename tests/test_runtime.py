@@ -1,0 +1,150 @@
+"""Interpreter loading and evaluation on the reference models and Fashion-MNIST."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pydsz import runtime
+from pydsz.errors import DszError, InputError
+from pydsz.model import TFLiteModel
+
+DATA = Path(__file__).parents[1] / "pydsz" / "data"
+
+
+@pytest.fixture(scope="module")
+def lenet300():
+    return (DATA / "lenet300.tflite").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def lenet5():
+    return (DATA / "lenet5.tflite").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def test_set():
+    with np.load(DATA / "fmnist_test.npz") as f:
+        return f["x"][:2000], f["y"][:2000]
+
+
+def test_litert_is_found():
+    from ai_edge_litert.interpreter import Interpreter
+
+    assert runtime.interpreter_class() is Interpreter
+
+
+def test_environment_variable_forces_a_runtime(monkeypatch):
+    from ai_edge_litert.interpreter import Interpreter
+
+    monkeypatch.setenv("DSZ_RUNTIME", "litert")
+    assert runtime.interpreter_class() is Interpreter
+    monkeypatch.setenv("DSZ_RUNTIME", "onnx")
+    with pytest.raises(DszError, match="unknown TFLite runtime 'onnx'"):
+        runtime.interpreter_class()
+
+
+def test_missing_runtime_names_the_extra(monkeypatch):
+    # a module set to None in sys.modules raises ImportError on import
+    monkeypatch.setitem(__import__("sys").modules, "tflite_runtime.interpreter", None)
+    monkeypatch.setitem(__import__("sys").modules, "tflite_runtime", None)
+    with pytest.raises(DszError, match=r"pip install pydsz\[litert\]"):
+        runtime.interpreter_class("tflite-runtime")
+
+
+def test_make_interpreter_takes_bytearray_and_model(lenet300):
+    for content in (bytearray(lenet300), memoryview(lenet300), TFLiteModel(lenet300)):
+        interpreter = runtime.make_interpreter(content, num_threads=1)
+        assert interpreter.get_input_details()[0]["shape_signature"].tolist() == [-1, 784]
+
+
+def test_make_interpreter_rejects_garbage():
+    with pytest.raises(DszError):
+        runtime.make_interpreter(b"not a model at all, not at all")
+
+
+@pytest.mark.parametrize("name", ["lenet300", "lenet5"])
+def test_predict_reshapes_uint8_images(name, request, test_set):
+    x, _ = test_set
+    out = runtime.predict(request.getfixturevalue(name), x[:300], batch_size=128)
+    assert out.shape == (300, 10) and out.dtype == np.float32
+    np.testing.assert_allclose(out.sum(axis=1), 1, atol=1e-5)  # softmax
+
+
+def test_predict_does_not_depend_on_the_batch_size(lenet5, test_set):
+    x, _ = test_set
+    a = runtime.predict(lenet5, x[:200], batch_size=200)
+    b = runtime.predict(lenet5, x[:200], batch_size=7)
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_predict_accepts_flat_samples_for_an_image_model(lenet5, test_set):
+    x, _ = test_set
+    np.testing.assert_array_equal(runtime.predict(lenet5, x[:50]), runtime.predict(lenet5, x[:50].reshape(50, 784)))
+
+
+def test_predict_reuses_an_interpreter(lenet300, test_set):
+    x, _ = test_set
+    interpreter = runtime.make_interpreter(lenet300)
+    first = runtime.predict(interpreter, x[:100], batch_size=64)
+    np.testing.assert_array_equal(runtime.predict(interpreter, x[:100], batch_size=64), first)
+    np.testing.assert_allclose(runtime.predict(lenet300, x[:100]), first, atol=1e-6)
+
+
+def test_predict_shape_mismatch_message(lenet300):
+    with pytest.raises(InputError, match=r"x has samples of shape \(32, 32, 3\) \(3072 values\) "
+                                         r"but the model takes \(784,\)"):
+        runtime.predict(lenet300, np.zeros((4, 32, 32, 3), np.uint8))
+
+
+def test_predict_needs_a_sample(lenet300):
+    with pytest.raises(InputError, match="at least one sample"):
+        runtime.predict(lenet300, np.zeros((0, 784), np.float32))
+
+
+def test_accuracy_of_the_reference_models(lenet300, lenet5, test_set):
+    x, y = test_set
+    assert runtime.accuracy(lenet300, x, y) > 0.8
+    assert runtime.accuracy(lenet5, x, y) > 0.8
+
+
+def test_accuracy_rejects_labels_out_of_range(lenet300, test_set):
+    x, y = test_set
+    with pytest.raises(InputError, match=r"labels range over 0\.\.10 but the model has 10 outputs"):
+        runtime.accuracy(lenet300, x[:3], np.array([0, 10, 2]))
+
+
+def test_accuracy_rejects_label_count_mismatch(lenet300, test_set):
+    x, y = test_set
+    with pytest.raises(InputError, match="vector of 10 labels"):
+        runtime.accuracy(lenet300, x[:10], y[:9])
+
+
+def test_capture_the_input_of_the_first_fc_layer(lenet5, test_set):
+    x, _ = test_set
+    fc1 = TFLiteModel(lenet5).layer("fc1")
+    h = runtime.capture(lenet5, x[:100], fc1.input, batch_size=32)
+    assert h.shape == (100, 800) and h.dtype == np.float32
+    assert (h >= 0).any() and np.isfinite(h).all()
+    # the same rows whatever the batch
+    np.testing.assert_allclose(runtime.capture(lenet5, x[:100], fc1.input, batch_size=100), h, rtol=1e-5, atol=1e-6)
+
+
+def test_capture_of_the_output_is_the_prediction(lenet300, test_set):
+    x, _ = test_set
+    (out,) = TFLiteModel(lenet300).output_details()
+    np.testing.assert_allclose(runtime.capture(lenet300, x[:64], out["index"]), runtime.predict(lenet300, x[:64]),
+                               atol=1e-6)
+
+
+def test_capture_rejects_a_tensor_without_batch_axis(lenet300, test_set):
+    x, _ = test_set
+    fc1 = TFLiteModel(lenet300).layer("fc1")
+    with pytest.raises(InputError, match="no batch axis"):
+        runtime.capture(lenet300, x[:4], fc1.weight)
+
+
+def test_capture_rejects_a_bad_tensor_index(lenet300, test_set):
+    x, _ = test_set
+    with pytest.raises(InputError, match="tensor 9999 out of range"):
+        runtime.capture(lenet300, x[:4], 9999)
