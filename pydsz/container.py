@@ -272,6 +272,11 @@ class DszModel:
                 s = codec.sparse_info(e.stream)
                 row.update(density=s["nnz"] / max(e.nbytes // 4, 1), data_bytes=s["data_bytes"],
                            index_bytes=s["index_bytes"], index_codec=s["index_codec"])
+            else:
+                # a dense stream has no index; its density is only known by decoding it
+                w = _decode_tensor(e)
+                row.update(density=np.count_nonzero(w) / max(w.size, 1), data_bytes=len(e.stream),
+                           index_bytes=0, index_codec=None)
             tensors.append(row)
         original = sum(t["original_bytes"] for t in tensors)
         compressed = sum(t["compressed_bytes"] for t in tensors)
