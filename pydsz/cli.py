@@ -6,7 +6,9 @@ Every output is written to a temporary file and renamed, so a failure never leav
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 
 from .errors import DszError
@@ -134,10 +136,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """Send what native libraries write to fd 2 (TFLite's "INFO: Created ... delegate") to /dev/null.
+
+    Python's own sys.stderr (errors, progress bars) keeps writing to the real stderr through a
+    duplicate of it, so a user error stays one line.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real fd 2 (embedded interpreters, some test runners)
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    old_stderr = sys.stderr
+    os.dup2(devnull, 2)
+    sys.stderr = os.fdopen(saved, "w", buffering=1, closefd=False)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr = old_stderr
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        with _native_stderr_silenced():
+            args.func(args)
     except DszError as exc:
         print(f"dsz: error: {exc}", file=sys.stderr)
         return 1
