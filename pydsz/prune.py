@@ -8,7 +8,7 @@ cross-entropy on the tail's output, masks re-applied after every step, fixed see
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -114,12 +114,17 @@ def retrain(
     batch_size: int = 128,
     seed: int = 0,
     progress: bool = False,
+    targets: Optional[Mapping[str, float]] = None,
+    ramp: float = 0.5,
 ) -> list[Dense]:
     """Retrain the tail on cached inputs `h` with labels `y`; masked weights stay exactly zero.
 
     Returns new layers (the inputs are not modified). `epochs` may be fractional (short
     retraining for the `auto` search). The learning rate decays linearly to zero, which settles
     the weights and so makes the result depend less on where the last epoch stopped.
+    `targets` ({layer: sparsity}) prunes gradually while training: the layer's mask tightens by
+    magnitude on a cubic schedule over the first `ramp` of the steps (Zhu & Gupta 2017), which
+    loses far less accuracy than pruning at once and retraining afterwards.
     """
     from tqdm import tqdm
 
@@ -141,6 +146,8 @@ def retrain(
     rng = np.random.default_rng(seed)
     steps_per_epoch = max(1, len(h) // batch_size)
     total = max(1, int(round(epochs * steps_per_epoch)))
+    ramp_steps = int(ramp * total) if targets else 0
+    prune_every = max(1, steps_per_epoch // 8)
     opt = _Adam(lr)
     bar = tqdm(total=total, desc="retrain", unit="step", disable=not progress, leave=False)
     order = rng.permutation(len(h))
@@ -150,6 +157,12 @@ def retrain(
             order, pos = rng.permutation(len(h)), 0
         idx = order[pos : pos + batch_size]
         pos += batch_size
+        if ramp_steps and step % prune_every == 0 and step <= ramp_steps:
+            done = min(1.0, (step + prune_every) / ramp_steps)
+            for i, p in enumerate(params):
+                if p.name in targets:
+                    keep[i] = magnitude_mask(p.weight, targets[p.name] * (1 - (1 - done) ** 3))
+                    p.weight *= keep[i]
         grads = _gradients(params, h[idx] / scale, y[idx])
         opt.t += 1
         step_lr = lr * (1 - step / total)
@@ -322,7 +335,7 @@ def prune_model(
     if targets == "auto":
         targets, layers = auto_sparsity(layers, h, y, h_val, y_val, todo, auto_budget, seed=seed,
                                         progress=progress)
-    layers = retrain(layers, _masks(layers, targets), h, y, epochs=epochs, seed=seed, progress=progress)
+    layers = retrain(layers, _masks(layers, {}), h, y, epochs=epochs, seed=seed, progress=progress, targets=targets)
     biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
     out = model.replace({**{l.name: l.weight for l in layers}, **biases})
     return PruneResult(out, {l.name: 1 - density(l.weight) for l in layers}, sorted(targets), already,

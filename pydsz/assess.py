@@ -1,0 +1,187 @@
+"""Step 2 of DeepSZ: each layer's accuracy drop over a range of error bounds, one layer at a time.
+
+The range is found adaptively: a geometric ladder climbs (factor 2) until the drop clearly exceeds
+the budget, then every ladder step where the drop crosses from zero into the budget is refined.
+Accuracy is counted in samples (drop = correct before - correct after), so it is exact.
+
+Evaluation is fast where it can be: when the layers from the first compressed one onwards form a
+chain of ops the numpy tail supports, that layer's input is captured once through the interpreter
+and the tail runs in numpy; otherwise every evaluation runs the interpreter on a patched model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import zstandard
+
+from pydsz import codec, runtime
+from pydsz.errors import InputError
+from pydsz.model import TFLiteModel
+
+# The coarse ladder: FIRST_BOUND * 2**k, never beyond the layer's largest magnitude times 2
+# (past that every value is reconstructed as zero and nothing changes any more).
+FIRST_BOUND = 1e-4
+# Refinement splits a ladder step (factor 2) into this many geometric sub-steps.
+REFINE_STEPS = 4
+# The zstd level the container stores lossless tensors with (the `bound 0` option's size).
+LOSSLESS_LEVEL = 19
+
+KINDS = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement: `layer` alone compressed at `bound` (0: kept lossless)."""
+
+    layer: str
+    bound: float
+    size: int  # bytes the layer takes in the .dsz (its whole codec stream)
+    data_bytes: int  # the paper's sizes: coded non-zero values and coded index
+    index_bytes: int
+    correct: int  # validation samples classified correctly
+    drop: int  # baseline correct - correct (negative: an improvement)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def encode_weight(w: np.ndarray, bound: float) -> tuple[np.ndarray, int, int, int]:
+    """What the container does to a weight tensor: (decoded values, stream bytes, data, index bytes).
+
+    Bound 0 keeps it lossless (zstd, as the container stores it). A tensor that is mostly non-zero
+    may go to the dense codec when that is smaller, as the container decides.
+    """
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    if bound == 0:
+        raw = w.tobytes()
+        size = len(zstandard.ZstdCompressor(level=LOSSLESS_LEVEL).compress(raw))
+        return w, size, size, 0
+    matrix = w.reshape(w.shape[0] if w.ndim else 1, -1)
+    stream = codec.encode_sparse(matrix, bound)
+    if np.count_nonzero(w) > w.size // 2:
+        dense = codec.compress_array(w, bound)
+        if len(dense) < len(stream):
+            return np.asarray(codec.decompress_array(dense), np.float32).reshape(w.shape), len(dense), len(dense), 0
+    info = codec.sparse_info(stream)
+    decoded = np.asarray(codec.decode_sparse(stream), np.float32).reshape(w.shape)
+    return decoded, len(stream), int(info["data_bytes"]), int(info["index_bytes"])
+
+
+class Evaluator:
+    """Counts correct top-1 predictions on the validation set with some layers' weights replaced.
+
+    Uses the numpy tail from the first of `layer_names` when the model allows it (and use_tail),
+    else the interpreter. `fast` says which.
+    """
+
+    def __init__(self, tflite_bytes: bytes, x: np.ndarray, y: np.ndarray, layer_names: Sequence[str],
+                 num_threads: Optional[int] = None, use_tail: bool = True):
+        from pydsz.tail import Tail
+
+        self.model = TFLiteModel(tflite_bytes)
+        self.bytes = bytes(tflite_bytes)
+        self.x, self.y = x, np.asarray(y)
+        self.num_threads = num_threads
+        first = min(layer_names, key=lambda n: self.model.layer(n).op_index)
+        tail = Tail.from_model(self.model, first) if use_tail else None
+        covered = tail is not None and set(layer_names) <= {_name(l) for l in tail.layers}
+        self.tail = tail if covered else None
+        self.h = runtime.capture(self.bytes, x, tail.input_tensor, num_threads=num_threads) if self.tail else None
+
+    @property
+    def fast(self) -> bool:
+        return self.tail is not None
+
+    def correct(self, weights: Mapping[str, np.ndarray]) -> int:
+        """Correct predictions with `weights` ({layer name: array}) in place of the model's own."""
+        if self.tail is not None:
+            out = self.tail.forward(self.h, weights=dict(weights))
+            return int(np.sum(np.argmax(out.reshape(len(out), -1), axis=1) == self.y))
+        model = self.model.replace(dict(weights)) if weights else self.bytes
+        return int(round(runtime.accuracy(model, self.x, self.y, num_threads=self.num_threads) * len(self.y)))
+
+
+def _name(layer) -> str:
+    return layer if isinstance(layer, str) else layer.name
+
+
+def compressible_layers(model: TFLiteModel, layers: str = "fc") -> list:
+    """The compressible layers of the chosen kinds ("fc", "conv", "all"); InputError if none."""
+    if layers not in KINDS:
+        raise InputError(f"layers must be fc, conv or all, not {layers!r}")
+    found = [layer for layer in model.layers(kinds=KINDS[layers]) if layer.compressible]
+    if not found:
+        skipped = [f"{l.name} ({l.skip_reason})" for l in model.layers(kinds=KINDS[layers])]
+        raise InputError(f"the model has no compressible {layers} layer"
+                         + (f": {', '.join(skipped)}" if skipped else ""))
+    # a buffer shared by several layers is assessed once, under its first layer's name
+    seen, unique = set(), []
+    for layer in found:
+        if layer.buffer not in seen:
+            seen.add(layer.buffer)
+            unique.append(layer)
+    return unique
+
+
+def assess_layer(
+    evaluator: Evaluator,
+    name: str,
+    weight: np.ndarray,
+    baseline: int,
+    budget: int,
+    on_point: Optional[Callable[[Point], None]] = None,
+) -> list[Point]:
+    """Measure one layer alone over an adaptive range of bounds; sorted by bound, bound 0 first.
+
+    `baseline` is the correct count of the uncompressed model, `budget` the allowed drop in
+    samples. The ladder stops once the drop exceeds max(2 * budget, budget + 10): clearly beyond,
+    with margin for noise (a single point may overshoot and the next fall back).
+    """
+    stop = max(2 * budget, budget + 10)
+    top = 2 * float(np.max(np.abs(weight))) if weight.size else FIRST_BOUND
+
+    def measure(bound: float) -> Point:
+        decoded, size, data, index = encode_weight(weight, bound)
+        correct = baseline if bound == 0 else evaluator.correct({name: decoded})
+        point = Point(name, bound, size, data, index, correct, baseline - correct)
+        if on_point:
+            on_point(point)
+        return point
+
+    points = [measure(0.0)]
+    bound = FIRST_BOUND
+    while True:
+        points.append(measure(bound))
+        if points[-1].drop > stop or bound >= top:
+            break
+        bound *= 2
+    coarse = points[1:]
+    for lo, hi in zip(coarse, coarse[1:]):
+        # refine where the drop leaves zero and while it is still within reach of the budget
+        if hi.drop > 0 and lo.drop <= budget:
+            for k in range(1, REFINE_STEPS):
+                points.append(measure(lo.bound * 2 ** (k / REFINE_STEPS)))
+    return sorted(points, key=lambda p: p.bound)
+
+
+def assess(
+    evaluator: Evaluator,
+    model: TFLiteModel,
+    layer_names: Sequence[str],
+    baseline: int,
+    budget: int,
+    progress: bool = False,
+) -> dict[str, list[Point]]:
+    """assess_layer for every named layer, with a progress bar."""
+    from tqdm import tqdm
+
+    table = {}
+    with tqdm(desc="assess", unit="eval", disable=not progress, leave=False) as bar:
+        for name in layer_names:
+            bar.set_postfix_str(name)
+            table[name] = assess_layer(evaluator, name, np.asarray(model.weight(name)), baseline, budget,
+                                       on_point=lambda p: bar.update())
+    return table

@@ -1,0 +1,84 @@
+"""Assessment: the fast tail evaluator against the interpreter, the adaptive range, sizes as stored."""
+
+import numpy as np
+import pytest
+
+from pydsz import container
+from pydsz.assess import Evaluator, assess_layer, compressible_layers, encode_weight
+from pydsz.data import bundled, load_npz
+from pydsz.errors import InputError
+from pydsz.model import TFLiteModel
+
+
+@pytest.fixture(scope="module")
+def val():
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    return x[:1000], y[:1000]
+
+
+def _model(name):
+    data = bundled(name).read_bytes()
+    return data, TFLiteModel(data)
+
+
+@pytest.mark.parametrize("name", ["lenet300.tflite", "lenet5.tflite"])
+def test_tail_evaluator_agrees_with_the_interpreter(name, val):
+    data, model = _model(name)
+    names = [l.name for l in compressible_layers(model)]
+    fast = Evaluator(data, *val, names)
+    slow = Evaluator(data, *val, names, use_tail=False)
+    assert fast.fast and not slow.fast
+    assert fast.correct({}) == slow.correct({})
+    # coarse bounds on every layer at once: predictions change, both paths must see the same
+    weights = {n: encode_weight(model.weight(n), 0.05)[0] for n in names}
+    assert fast.correct(weights) == slow.correct(weights)
+    assert fast.correct(weights) != fast.correct({})
+
+
+def test_conv_layers_fall_back_to_the_interpreter(val):
+    data, model = _model("lenet5.tflite")
+    names = [l.name for l in compressible_layers(model, "all")]
+    assert any(n.startswith("conv") for n in names)
+    assert not Evaluator(data, *val, names).fast
+
+
+def test_encode_weight_matches_what_the_container_stores():
+    data, model = _model("lenet300.tflite")
+    w = model.weight("fc2")
+    decoded, size, data_bytes, index_bytes = encode_weight(w, 0.01)
+    packed = container.DszModel(container.pack_model(data, {"fc2": 0.01}))
+    assert np.array_equal(packed.weights()["fc2"], decoded)
+    (entry,) = packed.info()["tensors"]
+    assert entry["compressed_bytes"] == size
+    assert np.max(np.abs(decoded - w)) <= 0.01
+
+
+def test_bound_zero_is_lossless():
+    _, model = _model("lenet300.tflite")
+    w = model.weight("fc3")
+    decoded, size, _, index_bytes = encode_weight(w, 0.0)
+    assert np.array_equal(decoded, w) and index_bytes == 0 and 0 < size <= w.nbytes
+
+
+def test_adaptive_range_climbs_until_clearly_beyond_budget_then_refines(val):
+    data, model = _model("lenet300.tflite")
+    evaluator = Evaluator(data, *val, ["fc1"])
+    baseline = evaluator.correct({})
+    budget = 3
+    points = assess_layer(evaluator, "fc1", model.weight("fc1"), baseline, budget)
+    bounds = [p.bound for p in points]
+    assert bounds[0] == 0 and points[0].drop == 0 and bounds == sorted(bounds)
+    assert points[-1].drop > max(2 * budget, budget + 10)
+    coarse = [p for p in points if p.bound > 0 and np.isclose(np.log2(p.bound / 1e-4) % 1, 0, atol=1e-9)]
+    fine = [p for p in points if p.bound > 0 and p not in coarse]
+    assert fine, "the steps where the drop crosses into the budget are refined"
+    assert all(p.drop <= max(2 * budget, budget + 10) for p in coarse[:-1])
+    # larger bounds give smaller streams (up to codec noise between neighbours)
+    sizes = [p.size for p in coarse]
+    assert sizes[-1] < sizes[0]
+
+
+def test_a_model_without_compressible_layers_of_the_kind_is_an_input_error():
+    _, model = _model("lenet300.tflite")
+    with pytest.raises(InputError, match="no compressible conv layer"):
+        compressible_layers(model, "conv")
