@@ -26,7 +26,9 @@ from .runtime import top1
 
 __all__ = ["Step", "Tail"]
 
-DEFAULT_CHUNK = 4096
+# Samples per matmul: large chunks keep BLAS efficient (512-row chunks run several times slower
+# than 10,000 on LeNet-300-100); this bounds one chunk's widest activation to 256 MiB.
+CHUNK_VALUES = 1 << 26
 
 # Fused activations as the float kernels apply them (they clamp; FULLY_CONNECTED refuses TANH and
 # ADD/MUL ignore it, so a fused TANH is left unsupported). TANH as an op of its own is supported.
@@ -193,22 +195,43 @@ class Tail:
         if constant is None or constant.dtype != np.float32:
             raise _Unsupported(f"op {op.index} ({op.name}) reads tensor {other}, which is not a float32 constant")
         batch_shape = (1,) + tuple(model.tensors[current].shape[1:])
-        if np.broadcast_shapes(batch_shape, constant.shape) != batch_shape:
+        try:
+            broadcast = np.broadcast_shapes(batch_shape, constant.shape)
+        except ValueError:
+            broadcast = None
+        if broadcast != batch_shape:
             raise _Unsupported(f"op {op.index} ({op.name}) broadcasts the chain to a new shape")
         return Step("binary", op.name, activation=op.options.get("activation", "NONE"), shape=shape,
                     constant=np.array(constant, np.float32), constant_first=op.inputs[0] == other)
 
     def forward(self, h, weights: Optional[Mapping[str, np.ndarray]] = None,
-                chunk: int = DEFAULT_CHUNK) -> np.ndarray:
+                chunk: Optional[int] = None) -> np.ndarray:
         """The model output for activations h ([N, *input_shape] or [N, values]), float32.
 
         weights overrides some layers' matrices by name (e.g. a decompressed one); chunk bounds
-        how many samples go through at once.
+        how many samples go through at once (default: as many as keep each activation <= 256 MiB).
         """
+        return self._forward(h, weights, chunk, stop=None)
+
+    def input_of(self, h, layer: str, weights: Optional[Mapping[str, np.ndarray]] = None,
+                 chunk: Optional[int] = None) -> np.ndarray:
+        """The activations that reach FC layer `layer` of the tail, for h.
+
+        With Tail.from_model(model, layer) this lets a caller that varies only later layers
+        compute the earlier ones once.
+        """
+        if layer not in self.weights:
+            raise InputError(f"no layer {layer!r} in the tail (layers: {', '.join(self.layers)})")
+        return self._forward(h, weights, chunk, stop=layer)
+
+    def _forward(self, h, weights, chunk, stop) -> np.ndarray:
         h = np.asarray(h)
         want = int(np.prod(self.input_shape))
         if h.ndim < 1 or int(np.prod(h.shape[1:])) != want:
             raise InputError(f"h has samples of shape {h.shape[1:]} but the tail takes {self.input_shape}")
+        if chunk is None:
+            widest = max([want] + [int(np.prod(step.shape)) for step in self.steps])
+            chunk = max(1, CHUNK_VALUES // widest)
         if chunk < 1:
             raise InputError(f"chunk must be >= 1, got {chunk}")
         matrices = dict(self.weights)
@@ -219,17 +242,18 @@ class Tail:
             if w.shape != self.weights[name].shape:
                 raise InputError(f"weights for {name}: shape {w.shape} instead of {self.weights[name].shape}")
             matrices[name] = w
-        n = h.shape[0]
-        parts = [self._run(np.asarray(h[i:i + chunk], np.float32).reshape((-1,) + self.input_shape), matrices)
-                 for i in range(0, n, chunk)]
+        parts = [self._run(np.asarray(h[i:i + chunk], np.float32).reshape((-1,) + self.input_shape), matrices, stop)
+                 for i in range(0, h.shape[0], chunk)]
         if not parts:
-            return np.zeros((0,) + self.steps[-1].shape, np.float32)
+            parts = [self._run(np.zeros((0,) + self.input_shape, np.float32), matrices, stop)]
         return np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
 
-    def _run(self, v: np.ndarray, matrices: dict) -> np.ndarray:
+    def _run(self, v: np.ndarray, matrices: dict, stop: Optional[str]) -> np.ndarray:
         n = v.shape[0]
         for step in self.steps:
             if step.kind == "fc":
+                if step.name == stop:
+                    return np.array(v, np.float32)  # a copy: never a view of the caller's h
                 v = v.reshape(n, -1) @ matrices[step.name].T
                 v += self.biases[step.name]
             elif step.kind == "activation":
@@ -261,7 +285,7 @@ class Tail:
         return {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide}[step.op](a, b)
 
     def accuracy(self, h, y, weights: Optional[Mapping[str, np.ndarray]] = None,
-                 chunk: int = DEFAULT_CHUNK) -> float:
+                 chunk: Optional[int] = None) -> float:
         """Top-1 accuracy of the tail's output on (h, y)."""
         y = np.asarray(y)
         if y.ndim != 1 or y.shape[0] != np.shape(h)[0]:

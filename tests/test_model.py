@@ -6,6 +6,8 @@ import flatbuffers
 import numpy as np
 import pytest
 import tflite
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pydsz.errors import FormatError, InputError
 from pydsz.model import TFLiteModel
@@ -361,3 +363,21 @@ def test_corrupt_root_offset(lenet300):
     data = b"\xff\xff\xff\x7f" + lenet300.data[4:]
     with pytest.raises(FormatError):
         TFLiteModel(data)
+
+
+SHARED = (DATA / "shared.tflite").read_bytes()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(8, len(SHARED) - 1), st.integers(0, 255)), min_size=1, max_size=4))
+def test_corrupt_bytes_give_a_format_error_or_a_model(edits):
+    data = bytearray(SHARED)
+    for position, value in edits:
+        data[position] = value
+    try:
+        model = TFLiteModel(bytes(data))
+    except FormatError:
+        return
+    for layer in model.layers(kinds=("fc", "conv")):
+        if layer.compressible:
+            assert model.weight(layer).nbytes == layer.nbytes

@@ -84,6 +84,25 @@ def test_forward_batches_in_chunks(lenet300, test_set):
     np.testing.assert_allclose(tail.forward(h, chunk=77), tail.forward(h), atol=1e-5)
 
 
+def test_input_of_a_later_layer_feeds_its_own_tail(lenet300, test_set):
+    full = Tail.from_model(lenet300, "fc1")
+    later = Tail.from_model(lenet300, "fc3")
+    h = runtime.capture(lenet300.data, test_set[0][:500], full.input_tensor)
+    h3 = full.input_of(h, "fc3")
+    assert h3.shape == (500, 100)
+    np.testing.assert_allclose(h3, runtime.capture(lenet300.data, test_set[0][:500], later.input_tensor), atol=1e-5)
+    w = np.zeros((10, 100), np.float32)
+    np.testing.assert_allclose(later.forward(h3, weights={"fc3": w}), full.forward(h, weights={"fc3": w}), atol=1e-6)
+
+
+def test_input_of_the_first_layer_is_a_copy_of_h(lenet300):
+    tail = Tail.from_model(lenet300, "fc2")
+    h = np.ones((3, 300), np.float32)
+    out = tail.input_of(h, "fc2")
+    np.testing.assert_array_equal(out, h)
+    assert not np.shares_memory(out, h)
+
+
 def test_forward_leaves_h_alone(lenet300, test_set):
     tail = Tail.from_model(lenet300, "fc2")
     h = runtime.capture(lenet300.data, test_set[0][:100], tail.input_tensor)
