@@ -1,0 +1,309 @@
+"""The GPU path: device selection and the numpy reference everywhere; the kernels (marked gpu)
+where pycuda and a CUDA device are present, against the CPU answers they must reproduce."""
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pydsz.errors import InputError
+from pydsz.gpu import device, reference
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- device selection (no GPU needed)
+
+def test_resolve_cpu_is_always_cpu():
+    assert device.resolve("cpu") == "cpu"
+
+
+def test_resolve_auto_falls_back_to_cpu_without_gpu(monkeypatch):
+    monkeypatch.setattr(device, "missing", lambda: "no CUDA device is present")
+    assert device.resolve("auto") == "cpu"
+
+
+def test_resolve_gpu_without_pycuda_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(device, "missing", lambda: "pycuda is not installed (pip install pydsz[gpu])")
+    with pytest.raises(InputError, match=r"pip install pydsz\[gpu\]"):
+        device.resolve("gpu")
+
+
+def test_resolve_gpu_without_device_says_so(monkeypatch):
+    monkeypatch.setattr(device, "missing", lambda: "no CUDA device is present")
+    with pytest.raises(InputError, match="no CUDA device"):
+        device.resolve("gpu")
+
+
+def test_resolve_rejects_unknown_device():
+    with pytest.raises(InputError, match="cpu, gpu, auto"):
+        device.resolve("tpu")
+
+
+def test_available_never_raises():
+    assert device.available() in (True, False)
+
+
+# ---------------------------------------------------------------- the numpy reference vs libdsz
+
+def _awkward_values(eb: float, rng) -> np.ndarray:
+    """Values that catch rounding differences: half steps, near-radius codes, tiny, huge, NaN/Inf."""
+    step = 2 * eb
+    k = rng.integers(-3000, 3000, 2000)
+    half = ((k + 0.5) * step).astype(np.float32)
+    nudged = np.concatenate([np.nextafter(half, np.float32(np.inf)), np.nextafter(half, np.float32(-np.inf))])
+    edge = (np.array([32766.4, 32766.6, 32767.0, -32766.4, -32767.5]) * step).astype(np.float32)
+    tiny = np.array([eb / 3, -eb / 3, eb, -eb, 1e-45, -1e-45, 1e-38], np.float32)
+    odd = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38], np.float32)
+    normal = (rng.standard_normal(20000) * 40 * eb).astype(np.float32)
+    return np.concatenate([half, nudged, edge, tiny, odd, normal])
+
+
+BOUNDS = [1e-4, 1e-3, 3.7e-3, 1e-2]
+
+
+def _libdsz_quantizer(tmp_path):
+    """libdsz/src/quantize.c compiled alone, called through ctypes (its internal dsz_quantize)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lib = tmp_path / "libquant.so"
+    subprocess.run([cc, "-O2", "-std=c99", "-shared", "-fPIC", "-ffp-contract=off", "-I", str(ROOT / "libdsz/include"),
+                    "-I", str(ROOT / "libdsz/src"), str(ROOT / "libdsz/src/quantize.c"), "-o", str(lib)], check=True)
+    return ctypes.CDLL(str(lib))
+
+
+class _Quant(ctypes.Structure):  # dsz_quant in libdsz/src/common.h
+    _fields_ = [("eb", ctypes.c_double), ("step", ctypes.c_double), ("inv", ctypes.c_double),
+                ("radius", ctypes.c_uint), ("keepNonzero", ctypes.c_int)]
+
+
+@pytest.mark.parametrize("keep_nonzero", [True, False])
+def test_reference_codes_are_libdsz_codes(tmp_path, keep_nonzero):
+    lib = _libdsz_quantizer(tmp_path)
+    rng = np.random.default_rng(1)
+    for eb in BOUNDS:
+        x = _awkward_values(eb, rng)
+        q = _Quant()
+        lib.dsz_quant_init(ctypes.byref(q), ctypes.c_double(eb), ctypes.c_uint(32768), ctypes.c_int(keep_nonzero))
+        sym = np.zeros(x.size, np.uint32)
+        outl = np.zeros(x.size, np.uint32)
+        hist = np.zeros(2 * 32768, np.uint64)
+        nout = lib.dsz_quantize(ctypes.byref(q), ctypes.c_uint(0), x.ctypes.data_as(ctypes.c_void_p),
+                                ctypes.c_size_t(x.size), sym.ctypes.data_as(ctypes.c_void_p),
+                                outl.ctypes.data_as(ctypes.c_void_p), hist.ctypes.data_as(ctypes.c_void_p))
+        ref_sym, ref_outl, ref_hist = reference.quantize(x, eb, keep_nonzero=keep_nonzero)
+        np.testing.assert_array_equal(ref_sym, sym)
+        assert ref_outl.view(np.uint32).tolist() == outl[:nout].tolist()
+        np.testing.assert_array_equal(ref_hist, hist)
+
+
+def _pruned(rng, shape, sparsity, scale=0.05):
+    w = (rng.standard_normal(shape) * scale).astype(np.float32)
+    w[np.abs(w) < np.quantile(np.abs(w), sparsity)] = 0
+    return w
+
+
+def test_reference_reconstruction_is_the_decoders():
+    codec = pytest.importorskip("pydsz.codec")
+    rng = np.random.default_rng(2)
+    w = _pruned(rng, (64, 300), 0.9)
+    for eb in BOUNDS:
+        decoded = codec.decode_sparse(codec.encode_sparse(w, eb, predictor="none"))
+        index = np.flatnonzero(w)
+        _, recon = reference.quantize_values(w.reshape(-1)[index], eb)
+        expected = np.zeros(w.size, np.float32)
+        expected[index] = recon
+        np.testing.assert_array_equal(np.asarray(decoded).reshape(-1).view(np.uint32), expected.view(np.uint32))
+
+
+def test_estimate_bytes_is_entropy_plus_outliers():
+    hist = np.zeros(8, np.uint64)
+    hist[[0, 3, 4, 5, 6]] = [2, 2, 2, 1, 1]  # 8 symbols: 3 x 2/8 and 2 x 1/8, plus symbol 0 twice
+    bits = 3 * 2 * 2 + 2 * 1 * 3
+    assert reference.estimate_bytes(hist) == -(-bits // 8) + 4 * 2
+    assert reference.estimate_bytes(np.zeros(8)) == 0
+
+
+def test_reference_correct_is_prunes_count():
+    prune = pytest.importorskip("pydsz.prune")
+    rng = np.random.default_rng(3)
+    layers = [prune.Dense("fc1", _pruned(rng, (32, 50), 0.5), rng.standard_normal(32).astype(np.float32), "RELU"),
+              prune.Dense("fc2", _pruned(rng, (10, 32), 0.5), rng.standard_normal(10).astype(np.float32), "NONE")]
+    h = rng.standard_normal((500, 50)).astype(np.float32)
+    y = rng.integers(0, 10, 500)
+    assert reference.correct(reference.plan(layers), h, y) == prune.count_correct(layers, h, y)
+
+
+def test_reference_sweep_rejects_unknown_layer():
+    rng = np.random.default_rng(4)
+    layers = _tail(rng, (20, 10, 5))
+    with pytest.raises(InputError, match="no layer 'fc9'"):
+        reference.sweep(layers, rng.standard_normal((8, 20)), np.zeros(8, int), {"fc9": [1e-3]})
+
+
+# ---------------------------------------------------------------- the kernels (need a GPU)
+
+@pytest.fixture(scope="module")
+def gpu():
+    pytest.importorskip("pycuda")
+    if not device.available():
+        pytest.skip(f"no GPU: {device.missing()}")
+    from pydsz.gpu import _cuda
+
+    _cuda.module()  # compile once; a compile error fails here, loudly
+    return _cuda
+
+
+def _tail(rng, widths, sparsity=0.9):
+    from types import SimpleNamespace
+
+    acts = ["RELU"] * (len(widths) - 2) + ["NONE"]
+    return [SimpleNamespace(name=f"fc{i + 1}", weight=_pruned(rng, (o, n), sparsity, 1 / np.sqrt(n)),
+                            bias=(rng.standard_normal(o) * 0.1).astype(np.float32), activation=a)
+            for i, (n, o, a) in enumerate(zip(widths, widths[1:], acts))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("keep_nonzero", [True, False])
+def test_gpu_codes_identical(gpu, keep_nonzero):
+    from pydsz.gpu import quantize
+
+    rng = np.random.default_rng(5)
+    for eb in BOUNDS + [1e-30, 1e30]:
+        x = _awkward_values(eb if eb < 1 else 1e-3, rng)
+        sym, outl, hist = quantize.quantize(x, eb, keep_nonzero=keep_nonzero)
+        ref_sym, ref_outl, ref_hist = reference.quantize(x, eb, keep_nonzero=keep_nonzero)
+        np.testing.assert_array_equal(sym, ref_sym)
+        np.testing.assert_array_equal(outl.view(np.uint32), ref_outl.view(np.uint32))
+        np.testing.assert_array_equal(hist, ref_hist)
+
+
+@pytest.mark.gpu
+def test_gpu_histograms_of_many_bounds(gpu):
+    from pydsz.gpu import quantize
+
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(300_000) * 0.05).astype(np.float32)  # codes beyond the shared window at 1e-5
+    bounds = [1e-5, 1e-4, 1e-3, 1e-2, 1e-1]
+    hists = quantize.histograms(x, bounds)
+    for eb, hist in zip(bounds, hists):
+        np.testing.assert_array_equal(hist, reference.quantize(x, eb)[2])
+    assert quantize.estimated_sizes(x, bounds) == [reference.estimate_bytes(reference.quantize(x, eb)[2])
+                                                   for eb in bounds]
+
+
+@pytest.mark.gpu
+def test_gpu_reconstruction_is_the_decoders(gpu):
+    from pydsz.gpu import quantize
+
+    codec = pytest.importorskip("pydsz.codec")
+    rng = np.random.default_rng(7)
+    w = _pruned(rng, (300, 257), 0.9)
+    for eb in BOUNDS:
+        decoded = np.asarray(codec.decode_sparse(codec.encode_sparse(w, eb, predictor="none")), np.float32)
+        np.testing.assert_array_equal(quantize.reconstruct(w, eb).view(np.uint32), decoded.view(np.uint32))
+
+
+@pytest.mark.gpu
+def test_gpu_codes_give_the_encoders_bytes(gpu):
+    """The encoder's data section is a function of the symbol sequence and the outliers: equal
+    codes give equal bytes; check the codes on the very values the sparse encoder quantizes."""
+    from pydsz.gpu import quantize
+
+    codec = pytest.importorskip("pydsz.codec")
+    rng = np.random.default_rng(8)
+    w = _pruned(rng, (128, 200), 0.91)
+    values = w.reshape(-1)[np.flatnonzero(w)]
+    for eb in BOUNDS:
+        sym, outl, hist = quantize.quantize(values, eb)
+        ref_sym, ref_outl, _ = reference.quantize(values, eb)
+        np.testing.assert_array_equal(sym, ref_sym)
+        np.testing.assert_array_equal(outl.view(np.uint32), ref_outl.view(np.uint32))
+        info = codec.sparse_info(codec.encode_sparse(w, eb, predictor="none"))
+        assert info["nnz"] == values.size
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,cols,k", [(300, 130, 77), (257, 1000, 256), (1, 1, 1), (129, 4096, 9216 // 8)])
+def test_gpu_dense_layer_matches_numpy(gpu, rows, cols, k):
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((cols, k)).astype(np.float32)
+    b = rng.standard_normal(cols).astype(np.float32)
+    out = gpu.empty(rows * cols)
+    gpu.gemm(gpu.to_gpu(a), gpu.to_gpu(w), out, rows, cols, k, bias=gpu.to_gpu(b), act=gpu.activation_code("relu"))
+    expected = np.maximum(a @ w.T + b, 0)
+    np.testing.assert_allclose(out.get().reshape(rows, cols), expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.gpu
+def test_gpu_top1_counts_like_numpy_argmax(gpu):
+    rng = np.random.default_rng(10)
+    scores = rng.integers(0, 3, (1000, 37)).astype(np.float32)  # many ties: the first maximum wins
+    scores[5, 7] = np.nan
+    y = rng.integers(0, 37, 1000)
+    y[:200] = np.argmax(scores[:200], axis=1)
+    counter = gpu.zeros(1, np.uint64)
+    gpu.top1_count(gpu.to_gpu(scores), 1000, 37, gpu.to_gpu(y, np.int32), counter=counter)
+    assert int(counter.get()[0]) == int(np.sum(np.argmax(scores, axis=1) == y))
+
+
+@pytest.mark.gpu
+def test_gpu_sweep_matches_cpu(gpu):
+    from pydsz.gpu import sweep
+
+    rng = np.random.default_rng(11)
+    layers = _tail(rng, (300, 200, 100, 10))
+    h = np.maximum(rng.standard_normal((10_000, 300)), 0).astype(np.float32)
+    y = np.argmax(reference.run(reference.plan(layers), h), axis=1)
+    y[::7] = rng.integers(0, 10, len(y[::7]))
+    bounds = {name: [1e-3, 5e-3, 1e-2, 3e-2, 1e-1] for name in ("fc1", "fc2", "fc3")}
+    cpu = reference.sweep(layers, h, y, bounds)
+    gpu_points = sweep.sweep(layers, h, y, bounds, chunk=3000)  # several chunks, a partial last one
+    for name in bounds:
+        for c, g in zip(cpu[name], gpu_points[name]):
+            assert (g.layer, g.bound, g.est_bytes, g.outliers) == (c.layer, c.bound, c.est_bytes, c.outliers)
+            assert abs(g.correct - c.correct) / len(y) <= 1e-4, (name, c, g)
+
+
+@pytest.mark.gpu
+def test_gpu_adam_step_is_numpys_and_keeps_the_mask(gpu):
+    prune = pytest.importorskip("pydsz.prune")
+    from pydsz.gpu import train
+
+    rng = np.random.default_rng(12)
+    p = rng.standard_normal((64, 33)).astype(np.float32)
+    mask = rng.random((64, 33)) > 0.9
+    p *= mask
+    m = np.zeros_like(p)
+    v = np.zeros_like(p)
+    opt = prune._Adam(1e-3)
+    expected = p.copy()
+    for t in range(1, 4):
+        grad = rng.standard_normal(p.shape).astype(np.float32)
+        opt.t = t
+        g = grad.copy()
+        g *= mask
+        opt.step("w", expected, g, 1e-3 * (1 - t / 10))
+        expected *= mask
+        p, m, v = train.adam_step(p, grad, m, v, mask, t, 1e-3 * (1 - t / 10))
+        np.testing.assert_array_equal(p.view(np.uint32), expected.view(np.uint32))
+        assert not np.any(p[~mask])
+
+
+@pytest.mark.gpu
+def test_gpu_gradients_match_numpy(gpu):
+    prune = pytest.importorskip("pydsz.prune")
+    from pydsz.gpu import train
+
+    rng = np.random.default_rng(13)
+    layers = [prune.Dense(l.name, l.weight, l.bias, l.activation) for l in _tail(rng, (50, 40, 10), 0.5)]
+    x = rng.standard_normal((128, 50)).astype(np.float32)
+    y = rng.integers(0, 10, 128)
+    for (gw, gb), (ew, eb) in zip(train.gradients(layers, x, y), prune._gradients(layers, x, y)):
+        np.testing.assert_allclose(gw, ew, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6)
