@@ -12,6 +12,36 @@ size_t dsz_data_bound(size_t n, unsigned radius)
     return 8 + 10 + (size_t)radius + 1 + 8 + (n * DSZ_HUF_MAXLEN + 7) / 8 + 4 * n;
 }
 
+#define SAMPLE_BLOCKS 16
+#define SAMPLE_BLOCK 1024
+
+/* Estimated size of each predictor's stream (entropy of the symbols + 32 bits per outlier),
+ * on the whole input when small, else on SAMPLE_BLOCKS evenly spaced blocks; ties go to no
+ * prediction. hist is scratch. Returns the choice, or DSZ_PRED_AUTO if out of memory. */
+static unsigned choose_predictor(const dsz_quant* q, const float* src, size_t n, uint64_t* hist, uint32_t nsym)
+{
+    static const unsigned preds[2] = {DSZ_PRED_NONE, DSZ_PRED_LORENZO};
+    double bits[2];
+    int k;
+    for (k = 0; k < 2; k++) {
+        uint64_t total = 0;
+        memset(hist, 0, sizeof(uint64_t) * nsym);
+        if (n <= SAMPLE_BLOCKS * SAMPLE_BLOCK) {
+            dsz_quantize_hist(q, preds[k], src, n, hist);
+            total = n;
+        } else {
+            size_t j;
+            for (j = 0; j < SAMPLE_BLOCKS; j++) {
+                size_t const at = (n - SAMPLE_BLOCK) / (SAMPLE_BLOCKS - 1) * j;
+                dsz_quantize_hist(q, preds[k], src + at, SAMPLE_BLOCK, hist);
+            }
+            total = SAMPLE_BLOCKS * SAMPLE_BLOCK;
+        }
+        bits[k] = dsz_huf_estimateBits(hist, nsym, total) + 32.0 * (double)hist[0];
+    }
+    return bits[1] < 0.99 * bits[0] ? DSZ_PRED_LORENZO : DSZ_PRED_NONE;
+}
+
 size_t dsz_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, const dsz_quant* q,
                        unsigned* predictor)
 {
@@ -24,24 +54,10 @@ size_t dsz_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, con
     dsz_bitWriter bw;
     unsigned pred = *predictor;
     if (!sym || !outl || !hist) { ret = DSZ_ERROR(memory_allocation); goto done; }
-    if (pred == DSZ_PRED_AUTO) {
-        /* estimated size: entropy of the symbols + 32 bits per outlier; ties go to no prediction */
-        double bitsNone, bitsLorenzo;
-        uint64_t* hist2 = (uint64_t*)calloc(nsym, sizeof(uint64_t));
-        if (!hist2) { ret = DSZ_ERROR(memory_allocation); goto done; }
-        nOut = dsz_quantize(q, DSZ_PRED_NONE, src, n, sym, outl, hist);
-        bitsNone = dsz_huf_estimateBits(hist, nsym, n) + 32.0 * (double)nOut;
-        dsz_quantize_hist(q, DSZ_PRED_LORENZO, src, n, hist2);
-        bitsLorenzo = dsz_huf_estimateBits(hist2, nsym, n) + 32.0 * (double)hist2[0];
-        free(hist2);
-        pred = bitsLorenzo < 0.99 * bitsNone ? DSZ_PRED_LORENZO : DSZ_PRED_NONE;
-        if (pred == DSZ_PRED_LORENZO) {
-            memset(hist, 0, sizeof(uint64_t) * nsym);
-            nOut = dsz_quantize(q, pred, src, n, sym, outl, hist);
-        }
-    } else {
-        nOut = dsz_quantize(q, pred, src, n, sym, outl, hist);
-    }
+    if (pred == DSZ_PRED_AUTO) pred = choose_predictor(q, src, n, hist, nsym);
+    if (pred == DSZ_PRED_AUTO) { ret = DSZ_ERROR(memory_allocation); goto done; }
+    memset(hist, 0, sizeof(uint64_t) * nsym);
+    nOut = dsz_quantize(q, pred, src, n, sym, outl, hist);
     ret = dsz_huf_build(&h, hist, nsym);
     if (dsz_isError(ret)) goto done;
     if (cap < 8) { ret = DSZ_ERROR(dstSize_tooSmall); goto done; }
