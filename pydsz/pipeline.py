@@ -1,0 +1,184 @@
+"""DeepSZ's main job: assess -> optimize -> verify -> encode, under a budget of accuracy loss.
+
+The loss reported is always measured: the chosen bounds are applied to all layers together, the
+.dsz is written and decoded, and the decoded model is run through the interpreter. Where the
+per-layer losses do not add up and the budget is exceeded, the optimizer is re-run under a
+tighter budget until the measured loss fits (keeping every layer lossless always fits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from pydsz import container, runtime
+from pydsz.assess import Evaluator, Point, assess, compressible_layers, encode_weight
+from pydsz.errors import InputError
+from pydsz.model import TFLiteModel
+from pydsz.optimize import Option, Plan, minimize_loss, minimize_size
+
+
+@dataclass
+class LayerResult:
+    """One compressed layer as written: the paper's per-layer table row."""
+
+    name: str
+    shape: tuple
+    density: float
+    bound: float  # 0: kept lossless
+    original_bytes: int
+    data_bytes: int
+    index_bytes: int
+    stream_bytes: int
+    drop: float  # measured with this layer alone compressed at `bound` (accuracy, not samples)
+
+    @property
+    def ratio(self) -> float:
+        return self.original_bytes / max(1, self.data_bytes + self.index_bytes)
+
+
+@dataclass
+class Result:
+    """What `compress` did: the .dsz bytes, the per-layer choices, the measurements behind them."""
+
+    dsz: bytes
+    layers: list[LayerResult]
+    curves: dict[str, list[Point]]
+    samples: int
+    top1_before: float  # interpreter, original model
+    top1_after: float  # interpreter, the model decoded from `dsz`
+    max_loss: float
+    allowed_drop: int  # samples the compression may cost (after any reference adjustment)
+    model_bytes: int
+    reference_top1: Optional[float] = None  # what the loss budget was counted from, if not top1_before
+    attempts: list[dict] = field(default_factory=list)  # one per verification round
+    fast_evaluation: bool = True
+
+    @property
+    def loss(self) -> float:
+        return self.top1_before - self.top1_after
+
+    @property
+    def fc_original_bytes(self) -> int:
+        return sum(l.original_bytes for l in self.layers)
+
+    @property
+    def fc_compressed_bytes(self) -> int:
+        return sum(l.data_bytes + l.index_bytes for l in self.layers)
+
+    @property
+    def ratio(self) -> float:
+        """The paper's ratio: the layers' float32 bytes / (data bytes + index bytes)."""
+        return self.fc_original_bytes / max(1, self.fc_compressed_bytes)
+
+    @property
+    def file_ratio(self) -> float:
+        return self.model_bytes / max(1, len(self.dsz))
+
+
+def _check_inputs(model: TFLiteModel, x: np.ndarray, y: np.ndarray, max_loss: float,
+                  target_ratio: Optional[float]) -> None:
+    if not (isinstance(max_loss, (int, float)) and 0 <= max_loss < 1):
+        raise InputError(f"max-loss {max_loss}: must be in [0, 1) (0.003 is 0.3 points of top-1)")
+    if target_ratio is not None and not (math.isfinite(target_ratio) and target_ratio > 1):
+        raise InputError(f"target ratio {target_ratio}: must be a number > 1")
+    if len(x) != len(y):
+        raise InputError(f"data: {len(x)} samples but {len(y)} labels")
+
+
+def _plan(table: dict[str, list[Point]], n: int, budget: int, max_size: Optional[int]) -> Optional[Plan]:
+    options = {name: [Option(p.bound, p.size, p.drop / n) for p in pts] for name, pts in table.items()}
+    if max_size is not None:
+        return minimize_loss(options, max_size, 1 / n)
+    return minimize_size(options, budget / n, 1 / n)
+
+
+def compress(
+    tflite_bytes: bytes,
+    x: np.ndarray,
+    y: np.ndarray,
+    max_loss: float = 0.003,
+    *,
+    target_ratio: Optional[float] = None,
+    layers: str = "fc",
+    reference_top1: Optional[float] = None,
+    progress: bool = False,
+    num_threads: Optional[int] = None,
+) -> Result:
+    """The smallest .dsz of a model whose top-1 on (x, y) is at most `max_loss` below the original's.
+
+    reference_top1: measure the loss against this accuracy instead of the given model's (e.g. the
+    unpruned model's, so that pruning and compression share one budget). target_ratio: instead,
+    the best accuracy whose compressed layers are at most their original size / target_ratio.
+    """
+    data = bytes(tflite_bytes)
+    model = TFLiteModel(data)
+    y = np.asarray(y)
+    _check_inputs(model, x, y, max_loss, target_ratio)
+    chosen = compressible_layers(model, layers)
+    names = [l.name for l in chosen]
+    n = len(y)
+    top1_before = runtime.accuracy(data, x, y, num_threads=num_threads)
+    reference = top1_before if reference_top1 is None else reference_top1
+    # Whole samples only; the epsilon forgives float noise in max_loss * n (0.003 * 5000).
+    allowed = max(0, math.floor((max_loss - (reference - top1_before)) * n + 1e-6))
+
+    evaluator = Evaluator(data, x, y, names, num_threads=num_threads)
+    baseline = evaluator.correct({})
+    table = assess(evaluator, model, names, baseline, allowed, progress=progress)
+    max_size = None
+    if target_ratio is not None:
+        max_size = int(sum(l.nbytes for l in chosen) / target_ratio)
+
+    budget, attempts, candidates = allowed, [], dict(table)
+    while True:
+        plan = _plan(candidates, n, budget, max_size)
+        if plan is None:  # nothing fits (a target ratio beyond the grid, or budget spent): lossless
+            bounds = {name: 0.0 for name in names}
+        else:
+            bounds = {name: plan.choice[name].bound for name in names}
+        weights = {name: encode_weight(model.weight(name), b)[0] for name, b in bounds.items() if b > 0}
+        drop = baseline - evaluator.correct(weights) if weights else 0
+        attempt = {"budget": budget, "bounds": bounds, "predicted_drop": plan.loss * n if plan else 0.0,
+                   "drop": drop}
+        attempts.append(attempt)
+        lossless = not weights
+        if drop <= allowed or max_size is not None or lossless:
+            dsz = container.pack_model(data, bounds, layers=layers)
+            top1_after = runtime.accuracy(container.load(dsz).tflite_bytes(), x, y, num_threads=num_threads)
+            measured = int(round(top1_before * n)) - int(round(top1_after * n))
+            attempt["measured_drop"] = measured
+            if measured <= allowed or max_size is not None or lossless:
+                break
+            drop = measured  # the interpreter disagrees with the fast path: trust the interpreter
+        # Tighten below what was predicted for the failed plan, by at least the overshoot.
+        predicted = int(round(plan.loss * n)) if plan else 0
+        budget = min(budget - 1, predicted - max(1, drop - allowed))
+        if budget < 0:
+            # Each chosen option costs nothing alone, yet together they do: forbid those bounds and
+            # larger ones (bound 0, lossless, always stays), and try again.
+            candidates = {name: [p for p in pts if p.bound < bounds[name] or p.bound == 0]
+                          for name, pts in candidates.items()}
+            budget = 0
+
+    return Result(
+        dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n,
+        top1_before=top1_before, top1_after=top1_after, max_loss=max_loss, allowed_drop=allowed,
+        model_bytes=len(data), reference_top1=reference_top1, attempts=attempts, fast_evaluation=evaluator.fast,
+    )
+
+
+def _layer_results(model: TFLiteModel, chosen: list, bounds: dict, table: dict, n: int) -> list[LayerResult]:
+    out = []
+    for layer in chosen:
+        point = next(p for p in table[layer.name] if p.bound == bounds[layer.name])
+        w = model.weight(layer)
+        out.append(LayerResult(
+            name=layer.name, shape=tuple(layer.shape), density=float(np.count_nonzero(w)) / w.size,
+            bound=point.bound, original_bytes=layer.nbytes, data_bytes=point.data_bytes,
+            index_bytes=point.index_bytes, stream_bytes=point.size, drop=point.drop / n,
+        ))
+    return out

@@ -1,0 +1,113 @@
+"""The main job end to end: assess -> optimize -> verify -> encode, and the report."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pydsz import container, pipeline, runtime
+from pydsz.assess import Point
+from pydsz.data import bundled, load_npz
+from pydsz.errors import InputError
+from pydsz.report import layer_table, totals_line, write_report
+
+
+@pytest.fixture(scope="module")
+def val():
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    return x[:1000], y[:1000]
+
+
+@pytest.fixture(scope="module")
+def lenet300():
+    return bundled("lenet300.tflite").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def result(lenet300, val):
+    return pipeline.compress(lenet300, *val, max_loss=0.003)
+
+
+def test_compress_stays_within_the_budget_measured_on_the_decoded_model(result, lenet300, val):
+    decoded = container.load(result.dsz).tflite_bytes()
+    measured = runtime.accuracy(decoded, *val)
+    assert measured == result.top1_after
+    assert result.top1_before - measured <= 0.003 + 1e-12
+    assert result.top1_before == runtime.accuracy(lenet300, *val)
+    assert {l.name for l in result.layers} == {"fc1", "fc2", "fc3"}
+    assert result.ratio > 4  # dense float32 weights at the largest bounds the budget allows
+    assert result.attempts[-1]["measured_drop"] <= result.allowed_drop
+
+
+def test_chosen_bounds_are_what_the_file_holds(result):
+    info = container.load(result.dsz).info()
+    bounds = {t["name"]: t["error_bound"] for t in info["tensors"]}
+    for layer in result.layers:
+        if layer.bound > 0:
+            assert bounds[layer.name] == layer.bound
+        else:
+            assert layer.name not in bounds
+
+
+def test_verification_tightens_when_losses_do_not_add_up(lenet300, val, monkeypatch):
+    real_assess = pipeline.assess
+
+    def optimistic(*args, **kwargs):
+        # Claim every bound is free: the optimizer then picks the largest ones and only the
+        # verification (which measures) can bring the loss back within budget.
+        table = real_assess(*args, **kwargs)
+        return {name: [Point(p.layer, p.bound, p.size, p.data_bytes, p.index_bytes, p.correct, 0)
+                       for p in points] for name, points in table.items()}
+
+    monkeypatch.setattr(pipeline, "assess", optimistic)
+    result = pipeline.compress(lenet300, *val, max_loss=0.002)
+    assert len(result.attempts) > 1
+    assert result.attempts[0]["drop"] > result.allowed_drop
+    assert result.top1_before - result.top1_after <= 0.002 + 1e-12
+    assert result.attempts[-1]["measured_drop"] <= result.allowed_drop
+
+
+def test_target_ratio_gives_the_best_accuracy_at_that_size(lenet300, val):
+    result = pipeline.compress(lenet300, *val, target_ratio=8)
+    streams = sum(l.stream_bytes for l in result.layers)
+    assert streams <= sum(l.original_bytes for l in result.layers) / 8
+    assert result.top1_after == runtime.accuracy(container.load(result.dsz).tflite_bytes(), *val)
+
+
+def test_reference_accuracy_shares_the_budget(lenet300, val):
+    top1 = runtime.accuracy(lenet300, *val)
+    # the reference is 0.3 points above this model: no budget is left, nothing may be lost
+    result = pipeline.compress(lenet300, *val, max_loss=0.003, reference_top1=top1 + 0.003)
+    assert result.allowed_drop == 0
+    assert result.top1_after >= result.top1_before
+
+
+@pytest.mark.parametrize("max_loss", [-0.1, 1.0, 2.0, float("nan")])
+def test_max_loss_outside_0_1_is_an_input_error(lenet300, val, max_loss):
+    with pytest.raises(InputError, match="max-loss"):
+        pipeline.compress(lenet300, *val, max_loss=max_loss)
+
+
+def test_labels_out_of_range_are_an_input_error(lenet300, val):
+    with pytest.raises(InputError, match="labels"):
+        pipeline.compress(lenet300, val[0], val[1].astype(np.int64) + 10)
+
+
+def test_inputs_that_do_not_fit_the_model_are_an_input_error(lenet300, val):
+    with pytest.raises(InputError):
+        pipeline.compress(lenet300, val[0][:, :20, :20], val[1])
+
+
+def test_no_compressible_layer_is_an_input_error(lenet300, val):
+    with pytest.raises(InputError, match="no compressible conv layer"):
+        pipeline.compress(lenet300, *val, layers="conv")
+
+
+def test_report_writes_json_and_png(result, tmp_path):
+    paths = write_report(result, tmp_path / "r", extra={"note": "test"})
+    report = json.loads(paths[0].read_text())
+    assert report["note"] == "test"
+    assert report["totals"]["measured_loss"] == pytest.approx(result.loss)
+    assert [l["name"] for l in report["layers"]] == ["fc1", "fc2", "fc3"]
+    assert paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "fc1" in layer_table(result) and "top-1" in totals_line(result)
