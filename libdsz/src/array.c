@@ -31,7 +31,7 @@ size_t dsz_compress(void* dstv, size_t cap, const float* src, const unsigned lon
     uint8_t* const dst = (uint8_t*)dstv;
     dsz_frameInfo f;
     dsz_quant q;
-    unsigned radius, pred, i;
+    unsigned radius = 0, pred, i;
     uint64_t n = 1;
     size_t hs, ds;
     DSZ_CHECK(dsz_checkParams(p, &radius));

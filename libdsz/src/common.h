@@ -245,7 +245,9 @@ DSZ_INLINE int dsz_data_next(dsz_dataDec* d, float* v)
     d->pred = (r - r == 0.0f) ? r : 0.0f; /* finite check without libm */
     return 0;
 }
-/* plain decode of all n values */
+/* decode the next n values; returns 0, or -1 on corrupt input */
+int dsz_data_decode(dsz_dataDec* d, float* dst, size_t n);
+/* plain decode of all n values, then the final checks */
 size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n);
 
 /* array.c: validate compression parameters, resolving the default radius */

@@ -143,7 +143,7 @@ size_t dsz_data_close(dsz_dataDec* d)
     return 0;
 }
 
-size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n)
+int dsz_data_decode(dsz_dataDec* d, float* dst, size_t n)
 {
     size_t i = 0;
     if (d->predictor == DSZ_PRED_NONE) {
@@ -158,16 +158,24 @@ size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n)
                 if (DSZ_LIKELY(s != 0 && s != UINT32_MAX)) {
                     dst[i] = deq[s - lo];
                 } else {
-                    if (s == UINT32_MAX || d->kOut >= d->nOut) return DSZ_ERROR(corruption_detected);
-                    uint32_t const u = dsz_rd32(d->outl + 4 * d->kOut);
-                    memcpy(dst + i, &u, 4);
+                    if (s == UINT32_MAX || d->kOut >= d->nOut) return -1;
+                    {
+                        uint32_t const u = dsz_rd32(d->outl + 4 * d->kOut);
+                        memcpy(dst + i, &u, 4);
+                    }
                     d->kOut++;
                 }
             }
         }
-    } else {
-        for (i = 0; i < n; i++)
-            if (dsz_data_next(d, dst + i)) return DSZ_ERROR(corruption_detected);
+        return d->br.pad > 16 ? -1 : 0;
     }
+    for (i = 0; i < n; i++)
+        if (dsz_data_next(d, dst + i)) return -1;
+    return 0;
+}
+
+size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n)
+{
+    if (dsz_data_decode(d, dst, n)) return DSZ_ERROR(corruption_detected);
     return dsz_data_close(d);
 }

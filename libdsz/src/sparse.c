@@ -111,7 +111,7 @@ size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, siz
     uint8_t* const dst = (uint8_t*)dstv;
     dsz_frameInfo f;
     dsz_quant q;
-    unsigned radius, pred;
+    unsigned radius = 0, pred;
     size_t n, nnz, i, k, ds, is;
     float* vals;
     DSZ_CHECK(dsz_checkParams(p, &radius));
@@ -152,12 +152,54 @@ size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, siz
     return SPARSE_HEADER + ds + is;
 }
 
-/* scatter the next value to position prev1 - 1 + gap; returns 0 or -1 */
-DSZ_INLINE int place(dsz_dataDec* d, float* dst, uint64_t n, uint64_t* prev1, uint32_t gap)
+#define BATCH 256
+
+/* up to m positions from gap bytes; returns how many, or (size_t)-1 on corrupt input */
+static size_t positions_gap8(const uint8_t* index, size_t size, size_t* i, uint64_t* prev1, uint64_t n,
+                             size_t* pos, size_t m)
 {
-    uint64_t const pos = *prev1 + gap - 1;
-    if (pos >= n || dsz_data_next(d, dst + pos)) return -1;
-    *prev1 = pos + 1;
+    size_t j = 0, k = *i;
+    uint64_t p1 = *prev1;
+    while (j < m && k < size) {
+        uint32_t const g = index[k++];
+        if (g == 0) {
+            p1 += 255;
+            if (p1 > n) return (size_t)-1;
+        } else {
+            uint64_t const p = p1 + g - 1;
+            if (p >= n) return (size_t)-1;
+            pos[j++] = (size_t)p;
+            p1 = p + 1;
+        }
+    }
+    *i = k;
+    *prev1 = p1;
+    return j;
+}
+
+/* exactly m positions from Huffman-coded gaps; returns 0 or -1 */
+static int positions_huff(const dsz_hufDec* h, dsz_bitReader* br, uint64_t* prev1, uint64_t n, size_t* pos, size_t m)
+{
+    size_t j = 0;
+    uint64_t p1 = *prev1;
+    while (j < m) {
+        int t;
+        dsz_br_refill(br);
+        if (br->pad > 16) return -1;
+        for (t = 0; t < 3 && j < m; t++) {
+            uint32_t const g = dsz_huf_decode(h, br);
+            if (g == 0) {
+                p1 += 255;
+                if (p1 > n) return -1;
+            } else {
+                uint64_t const p = p1 + g - 1;
+                if (g == UINT32_MAX || p >= n) return -1;
+                pos[j++] = (size_t)p;
+                p1 = p + 1;
+            }
+        }
+    }
+    *prev1 = p1;
     return 0;
 }
 
@@ -165,64 +207,59 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
                         const void* indexv, size_t indexSize)
 {
     const uint8_t* const index = (const uint8_t*)indexv;
-    uint64_t const n = f ? f->nElements : 0, nnz = f ? f->nnz : 0;
-    uint64_t prev1 = 0, k = 0;
+    uint64_t prev1 = 0, k = 0, n, nnz;
+    size_t pos[BATCH];
+    float val[BATCH];
     dsz_dataDec d;
+    dsz_hufDec h;
+    dsz_bitReader br;
     dsz_quant q;
-    size_t r;
+    size_t r, at = 0, j;
+    uint64_t bitBytes = 0;
     if (!f || f->kind != DSZ_KIND_SPARSE) return DSZ_ERROR(parameter_unsupported);
+    if (f->indexCodec != DSZ_INDEX_GAP8 && f->indexCodec != DSZ_INDEX_HUFFGAP) return DSZ_ERROR(frameParameter_unsupported);
     if (dataSize != f->dataRawSize || indexSize != f->indexRawSize) return DSZ_ERROR(srcSize_wrong);
+    n = f->nElements;
+    nnz = f->nnz;
     if (dstCapacity < n) return DSZ_ERROR(dstSize_tooSmall);
     dsz_quant_init(&q, f->errorBound, f->radius, 1);
+    memset(&h, 0, sizeof(h));
     r = dsz_data_open(&d, (const uint8_t*)data, dataSize, (size_t)nnz, &q, f->predictor);
     if (dsz_isError(r)) return r;
-    r = DSZ_ERROR(corruption_detected);
-    if (f->indexCodec == DSZ_INDEX_GAP8) {
-        size_t i;
-        for (i = 0; i < indexSize; i++) {
-            uint32_t const g = index[i];
-            if (g == 0) {
-                prev1 += 255;
-                if (prev1 > n) goto done;
-            } else {
-                if (k == nnz || place(&d, dst, n, &prev1, g)) goto done;
-                k++;
-            }
-        }
-    } else if (f->indexCodec == DSZ_INDEX_HUFFGAP) {
-        dsz_hufDec h;
-        dsz_bitReader br;
-        uint64_t bitBytes, used;
+    if (f->indexCodec == DSZ_INDEX_HUFFGAP) {
         size_t const ts = dsz_huf_readTable(&h, index, indexSize, 256);
         if (dsz_isError(ts)) { r = ts; goto done; }
-        if (indexSize - ts < 8 || (bitBytes = dsz_rd64(index + ts)) != indexSize - ts - 8 || (nnz && !h.maxLen)) {
-            dsz_huf_freeDec(&h);
+        r = DSZ_ERROR(corruption_detected);
+        if (indexSize - ts < 8) goto done;
+        bitBytes = dsz_rd64(index + ts);
+        if (bitBytes != indexSize - ts - 8 || (nnz && !h.maxLen)) goto done;
+        dsz_br_init(&br, index + ts + 8, (size_t)bitBytes);
+    }
+    r = DSZ_ERROR(corruption_detected);
+    /* batches: positions, then values, then the scatter */
+    while (k < nnz) {
+        size_t const m = nnz - k < BATCH ? (size_t)(nnz - k) : BATCH;
+        if (f->indexCodec == DSZ_INDEX_GAP8) {
+            if (positions_gap8(index, indexSize, &at, &prev1, n, pos, m) != m) goto done;
+        } else if (positions_huff(&h, &br, &prev1, n, pos, m)) {
             goto done;
         }
-        dsz_br_init(&br, index + ts + 8, (size_t)bitBytes);
-        while (k < nnz) {
-            uint32_t g;
-            dsz_br_refill(&br);
-            g = dsz_huf_decode(&h, &br);
-            if (g == 0) {
-                prev1 += 255;
-                if (prev1 > n || br.pad > 16) break;
-            } else {
-                if (g == UINT32_MAX || place(&d, dst, n, &prev1, g)) break;
-                k++;
-            }
-        }
-        dsz_huf_freeDec(&h);
-        used = dsz_br_consumed(&br);
-        if (k < nnz || used > 8 * bitBytes || (bitBytes && used + 8 <= 8 * bitBytes)) goto done;
-    } else {
-        r = DSZ_ERROR(frameParameter_unsupported);
+        if (dsz_data_decode(&d, val, m)) goto done;
+        for (j = 0; j < m; j++) dst[pos[j]] = val[j];
+        k += m;
+    }
+    if (f->indexCodec == DSZ_INDEX_GAP8) {
+        if (at != indexSize) goto done;
+    } else if (nnz) {
+        uint64_t const used = dsz_br_consumed(&br);
+        if (used > 8 * bitBytes || used + 8 <= 8 * bitBytes) goto done;
+    } else if (bitBytes) {
         goto done;
     }
-    if (k != nnz) goto done;
     r = dsz_data_close(&d);
     if (!dsz_isError(r)) r = (size_t)nnz;
 done:
+    dsz_huf_freeDec(&h);
     dsz_data_free(&d);
     return r;
 }
