@@ -144,11 +144,11 @@ class TFLiteModel:
             raise FormatError("not a TFLite model: missing 'TFL3' identifier")
         try:
             self._parse()
+            self._layers = self._find_layers()
         except FormatError:
             raise
         except (IndexError, struct.error, ValueError, TypeError, OverflowError) as exc:
             raise FormatError(f"corrupt or truncated TFLite model ({len(self.data)} bytes): {exc}") from exc
-        self._layers = self._find_layers()
 
     @classmethod
     def from_file(cls, path) -> "TFLiteModel":

@@ -69,10 +69,8 @@ def make_interpreter(model, num_threads: Optional[int] = None, preserve_all_tens
         raise InputError(f"the TFLite runtime cannot load this model: {exc}") from exc
 
 
-def _interpreter(model, num_threads, preserve_all_tensors=False):
-    if hasattr(model, "invoke"):
-        return model
-    return make_interpreter(model, num_threads=num_threads, preserve_all_tensors=preserve_all_tensors)
+def _interpreter(model, num_threads):
+    return model if hasattr(model, "invoke") else make_interpreter(model, num_threads=num_threads)
 
 
 def _run_batches(interpreter, x, batch_size: int, read):
@@ -105,9 +103,9 @@ def _run_batches(interpreter, x, batch_size: int, read):
                 rows = batch.shape[0]
             interpreter.set_tensor(index, batch)
             interpreter.invoke()
-        except (RuntimeError, ValueError):
+        except (RuntimeError, ValueError) as exc:
             if batch_size == 1:
-                raise
+                raise DszError(f"the TFLite interpreter failed on sample {start}: {exc}") from exc
             # some graphs hard-code a batch of 1 (e.g. a RESHAPE to [1, n]): go one sample at a time
             batch_size, rows = 1, None
             continue

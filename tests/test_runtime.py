@@ -4,6 +4,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tflite
+from test_model import build_tflite, f32
 
 from pydsz import runtime
 from pydsz.errors import DszError, InputError
@@ -89,6 +91,17 @@ def test_predict_reuses_an_interpreter(lenet300, test_set):
     first = runtime.predict(interpreter, x[:100], batch_size=64)
     np.testing.assert_array_equal(runtime.predict(interpreter, x[:100], batch_size=64), first)
     np.testing.assert_allclose(runtime.predict(lenet300, x[:100]), first, atol=1e-6)
+
+
+def test_predict_falls_back_to_one_sample_for_a_fixed_batch():
+    # RESHAPE to a constant [1, 4] only works one sample at a time
+    w = f32((3, 4))
+    data = build_tflite(
+        tensors=[{"shape": [1, 2, 2]}, {"shape": [2], "data": np.array([1, 4], np.int32).tobytes(), "type": tflite.TensorType.INT32},
+                 {"shape": [1, 4]}, {"shape": [3, 4], "data": w.tobytes()}, {"shape": [1, 3]}],
+        ops=[("RESHAPE", [0, 1], [2]), ("FULLY_CONNECTED", [2, 3, -1], [4])], inputs=[0], outputs=[4])
+    x = f32((10, 2, 2), 1)
+    np.testing.assert_allclose(runtime.predict(data, x, batch_size=4), x.reshape(10, 4) @ w.T, rtol=1e-5, atol=1e-6)
 
 
 def test_predict_shape_mismatch_message(lenet300):
