@@ -98,6 +98,122 @@ def cmd_eval(args) -> None:
         print(f"top-1 accuracy: {acc:.4f} ({len(y)} samples)")
 
 
+def _sparsity(text: str):
+    """`0.92` (every FC layer), `fc1=0.92,fc2=0.91` (per layer) or `auto`."""
+    if text == "auto":
+        return text
+    try:
+        return _bounds(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"invalid sparsity {text!r}: give a fraction (0.92), name=value pairs (fc1=0.92,fc2=0.91) or auto"
+        ) from None
+
+
+def _print_result(result, quiet: bool) -> None:
+    from .report import layer_table, totals_line
+
+    if not quiet:
+        print(layer_table(result))
+        print(totals_line(result))
+
+
+def cmd_compress(args) -> None:
+    from .container import write_atomic
+    from .data import load_npz
+    from .pipeline import compress
+    from .report import write_report
+
+    model = load_tflite(args.model)
+    x, y = load_npz(args.data)
+    result = compress(model, x, y, args.max_loss, target_ratio=args.target_ratio, layers=args.layers,
+                      progress=not args.quiet, num_threads=args.num_threads)
+    write_atomic(args.output, result.dsz)
+    if args.report:
+        write_report(result, args.report)
+    _print_result(result, args.quiet)
+    if not args.quiet:
+        print(f"wrote {args.output} ({len(result.dsz)} bytes)")
+
+
+def cmd_prune(args) -> None:
+    from .container import write_atomic
+    from .data import load_npz
+    from .prune import prune_model
+
+    model = load_tflite(args.model)
+    train, val = load_npz(args.train), load_npz(args.data)
+    result = prune_model(model, train, val, args.sparsity, epochs=args.epochs, auto_budget=args.auto_budget,
+                         progress=not args.quiet, num_threads=args.num_threads)
+    write_atomic(args.output, result.tflite)
+    if not args.quiet:
+        if result.already_sparse:
+            print(f"already sparse, left as they were: {', '.join(result.already_sparse)}")
+        print("sparsity: " + ", ".join(f"{k}={v:.3f}" for k, v in result.sparsity.items()))
+        print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
+        print(f"wrote {args.output}")
+
+
+def cmd_demo(args) -> None:
+    from .container import write_atomic
+    from .pipeline import reference_run, reference_table
+    from .report import layer_table, write_report
+
+    row = reference_run(args.model, max_loss=args.max_loss, progress=not args.quiet)
+    if args.output:
+        write_atomic(args.output, row["result"].dsz)
+    if args.report:
+        write_report(row["result"], args.report, extra={"reference": row["summary"]})
+    print(layer_table(row["result"]))
+    print(reference_table([row]))
+
+
+def _add_pipeline_commands(sub) -> None:
+    p = sub.add_parser("compress", help="the smallest .dsz within a top-1 loss budget (DeepSZ)",
+                       description="Assess every layer's accuracy drop over error bounds, choose one bound per "
+                       "layer for the smallest size within --max-loss, verify by measuring, write the .dsz.")
+    p.add_argument("model", help="input .tflite model (pruned for high ratios: see dsz prune)")
+    p.add_argument("--data", required=True, help="validation .npz with arrays x and y")
+    p.add_argument("--max-loss", type=float, default=0.003,
+                   help="largest top-1 loss allowed, absolute (0.003 = 0.3 points; default)")
+    p.add_argument("--target-ratio", type=float, default=None,
+                   help="instead: the best accuracy with the layers compressed by this ratio")
+    p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
+                   help="which layers' weights to compress (default: fc, as in DeepSZ)")
+    p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
+    p.add_argument("-o", "--output", required=True, help="output .dsz file")
+    p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, print nothing on success")
+    p.set_defaults(func=cmd_compress)
+
+    p = sub.add_parser("prune", help="magnitude-prune the FC layers and retrain with the masks held",
+                       description="Prune FC layers by magnitude and retrain the FC tail (numpy) on cached "
+                       "activations; the conv trunk stays frozen.")
+    p.add_argument("model", help="input .tflite model")
+    p.add_argument("--train", required=True, help="training .npz with arrays x and y")
+    p.add_argument("--data", required=True, help="validation .npz with arrays x and y")
+    p.add_argument("--sparsity", type=_sparsity, required=True,
+                   help="fraction pruned: 0.92 (every FC layer), fc1=0.92,fc2=0.91, or auto")
+    p.add_argument("--epochs", type=float, default=8, help="retraining epochs (default 8)")
+    p.add_argument("--auto-budget", type=float, default=0.001,
+                   help="validation top-1 loss `auto` may spend per layer step (default 0.001)")
+    p.add_argument("-o", "--output", required=True, help="output .tflite file")
+    p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, print nothing on success")
+    p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser("demo", help="prune and compress a bundled reference model; print the paper's table",
+                       description="The main job on a bundled model: prune (training images from Debian's "
+                       "dataset-fashion-mnist), compress within --max-loss on the validation split, report "
+                       "top-1 on the test split.")
+    p.add_argument("--model", choices=["lenet300", "lenet5"], default="lenet300", help="bundled model")
+    p.add_argument("--max-loss", type=float, default=0.003, help="top-1 loss budget (default 0.003)")
+    p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
+    p.add_argument("-o", "--output", help="also write the .dsz there")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dsz", description="DeepSZ: error-bounded lossy compression "
                                      "of neural network weights (.tflite -> .dsz -> .tflite)")
@@ -133,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval)
+    _add_pipeline_commands(sub)
     return parser
 
 

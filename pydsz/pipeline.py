@@ -182,3 +182,65 @@ def _layer_results(model: TFLiteModel, chosen: list, bounds: dict, table: dict, 
             index_bytes=point.index_bytes, stream_bytes=point.size, drop=point.drop / n,
         ))
     return out
+
+
+# The bundled reference models and how the demo and bench/reference.py prune them.
+REFERENCE = {
+    "lenet300": {"file": "lenet300.tflite", "title": "LeNet-300-100",
+                 "sparsity": {"fc1": 0.92, "fc2": 0.91, "fc3": 0.74}, "epochs": 8},
+    "lenet5": {"file": "lenet5.tflite", "title": "LeNet-5",
+               "sparsity": {"fc1": 0.97, "fc2": 0.81}, "epochs": 8},
+}
+TRAIN_SIZE = 55000  # Fashion-MNIST's first 55,000 training images; the last 5,000 are validation
+
+
+def reference_run(name: str, max_loss: float = 0.003, progress: bool = False) -> dict:
+    """Prune a bundled reference model, compress it within max_loss of the unpruned model's
+    validation top-1 (pruning and compression share the budget), and measure both on the test split.
+
+    Returns {"result": Result, "summary": the paper's table row and timings}.
+    """
+    import time
+
+    from pydsz.data import bundled, fashion_mnist, load_npz
+    from pydsz.prune import prune_model
+
+    if name not in REFERENCE:
+        raise InputError(f"no reference model {name!r} (have: {', '.join(REFERENCE)})")
+    spec = REFERENCE[name]
+    model = bundled(spec["file"]).read_bytes()
+    x, y = fashion_mnist("train")
+    val, test = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
+    start = time.perf_counter()
+    pruned = prune_model(model, (x[:TRAIN_SIZE], y[:TRAIN_SIZE]), val, spec["sparsity"], epochs=spec["epochs"],
+                         progress=progress)
+    pruned_at = time.perf_counter()
+    result = compress(pruned.tflite, *val, max_loss, reference_top1=pruned.top1_before, progress=progress)
+    done = time.perf_counter()
+    decoded = container.load(result.dsz).tflite_bytes()
+    summary = {
+        "model": spec["title"], "sparsity": pruned.sparsity, "max_loss": max_loss,
+        "val_top1": {"original": pruned.top1_before, "pruned": pruned.top1_after, "compressed": result.top1_after},
+        "test_top1": {"original": runtime.accuracy(model, *test), "pruned": runtime.accuracy(pruned.tflite, *test),
+                      "compressed": runtime.accuracy(decoded, *test)},
+        "fc_original_bytes": result.fc_original_bytes, "fc_compressed_bytes": result.fc_compressed_bytes,
+        "ratio": result.ratio, "file_ratio": result.file_ratio,
+        "seconds": {"prune": pruned_at - start, "compress": done - pruned_at},
+    }
+    return {"result": result, "summary": summary}
+
+
+def reference_table(rows: list[dict]) -> str:
+    """The paper's table: top-1 (test split), FC layers' size and ratio, original vs compressed."""
+    from pydsz.tables import format_table
+
+    lines = []
+    for row in rows:
+        s = row["summary"]
+        t, v = s["test_top1"], s["val_top1"]
+        lines.append([f"{s['model']} original", f"{100 * t['original']:.2f}%", f"{100 * v['original']:.2f}%",
+                      f"{s['fc_original_bytes'] / 1024:.1f} KB", "", ""])
+        lines.append([f"{s['model']} pydsz", f"{100 * t['compressed']:.2f}%", f"{100 * v['compressed']:.2f}%",
+                      f"{s['fc_compressed_bytes'] / 1024:.1f} KB", f"{s['ratio']:.1f}x",
+                      f"{100 * (t['original'] - t['compressed']):+.2f}"])
+    return format_table(["network", "top-1 test", "top-1 val", "FC size", "ratio", "test loss (points)"], lines)
