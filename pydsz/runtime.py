@@ -21,12 +21,19 @@ __all__ = ["RUNTIMES", "interpreter_class", "make_interpreter", "predict", "accu
 RUNTIMES = {
     "litert": ("ai_edge_litert.interpreter", "Interpreter"),
     "tflite-runtime": ("tflite_runtime.interpreter", "Interpreter"),
-    "tensorflow": ("tensorflow.lite", "Interpreter"),
+    "tensorflow": ("tensorflow", "lite.Interpreter"),  # the public tf.lite, not the tensorflow.lite package
 }
 _INSTALL_HINT = ("install one: pip install pydsz[litert] (ai-edge-litert), "
                  "pip install tflite-runtime (needs numpy < 2) or pip install tensorflow")
 
 DEFAULT_BATCH = 256
+
+
+def _load(module: str, path: str):
+    found = importlib.import_module(module)
+    for name in path.split("."):
+        found = getattr(found, name)
+    return found
 
 
 def interpreter_class(runtime: Optional[str] = None):
@@ -35,15 +42,14 @@ def interpreter_class(runtime: Optional[str] = None):
     if runtime is not None:
         if runtime not in RUNTIMES:
             raise DszError(f"unknown TFLite runtime {runtime!r} (DSZ_RUNTIME): choose one of {', '.join(RUNTIMES)}")
-        module, name = RUNTIMES[runtime]
         try:
-            return getattr(importlib.import_module(module), name)
-        except ImportError as exc:
+            return _load(*RUNTIMES[runtime])
+        except (ImportError, AttributeError) as exc:
             raise DszError(f"TFLite runtime {runtime!r} is not usable ({exc}); {_INSTALL_HINT}") from exc
-    for module, name in RUNTIMES.values():
+    for module, path in RUNTIMES.values():
         try:
-            return getattr(importlib.import_module(module), name)
-        except ImportError:
+            return _load(module, path)
+        except (ImportError, AttributeError):
             continue
     raise DszError(f"no TFLite interpreter found; {_INSTALL_HINT}")
 

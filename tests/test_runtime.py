@@ -54,6 +54,16 @@ def test_missing_runtime_names_the_extra(monkeypatch):
         runtime.interpreter_class("tflite-runtime")
 
 
+@pytest.mark.parametrize("name", sorted(runtime.RUNTIMES))
+def test_every_installed_runtime_gives_the_same_predictions(name, lenet5, test_set):
+    try:
+        interpreter = runtime.make_interpreter(lenet5, runtime=name)
+    except DszError as exc:
+        pytest.skip(str(exc))
+    x, _ = test_set
+    np.testing.assert_allclose(runtime.predict(interpreter, x[:200]), runtime.predict(lenet5, x[:200]), atol=1e-5)
+
+
 def test_make_interpreter_takes_bytearray_and_model(lenet300):
     for content in (bytearray(lenet300), memoryview(lenet300), TFLiteModel(lenet300)):
         interpreter = runtime.make_interpreter(content, num_threads=1)
