@@ -9,8 +9,10 @@ Supported ops: FULLY_CONNECTED (float32 constant weights, default weight format,
 NONE / RELU / RELU_N1_TO_1 / RELU6, as for every op here), RELU, RELU6, RELU_N1_TO_1, TANH, LOGISTIC,
 LEAKY_RELU, SOFTMAX, LOG_SOFTMAX, RESHAPE / SQUEEZE / EXPAND_DIMS, and ADD / SUB / MUL / DIV with
 a float32 constant operand. The chain must not branch: each intermediate tensor feeds only the
-next op (so a RESHAPE whose shape is computed from its input, as a dynamic Flatten is, ends it). `Tail.from_model` returns None when the tail is anything else (the caller then falls back
-to the interpreter); with strict=True it raises InputError saying why.
+next op (a RESHAPE whose shape is computed from its input, as a dynamic Flatten's is, does not
+qualify; one before the start layer does not matter). `Tail.from_model` returns None when the
+tail is anything else (the caller then falls back to the interpreter); with strict=True it
+raises InputError saying why.
 """
 
 from __future__ import annotations
