@@ -24,11 +24,12 @@ __all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse
 MODES = {"abs": 0, "rel": 1}
 PREDICTORS = {"none": 0, "lorenzo": 1, "auto": 255}
 PREDICTOR_NAMES = {0: "none", 1: "lorenzo"}
-INDEX_CODECS = {"gap8": 0, "huffgap": 1}
+INDEX_CODECS = {"gap8": 0, "huffgap": 1, "bitmap": 2}
 INDEX_CODEC_NAMES = {v: k for k, v in INDEX_CODECS.items()}
 LOSSLESS_NAMES = {0: "none", 1: "zstd", 2: "lzma", 3: "bz2", 4: "zlib"}
 _NONE, _ZSTD, _LZMA, _BZ2, _ZLIB = range(5)
 _CHUNK = 1 << 20
+BITMAP_MIN_GAIN = 0.97
 
 
 # ---- argument checking ----
@@ -224,7 +225,7 @@ def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: st
     radius = _check_radius(radius)
     a = np.ascontiguousarray(a)
     bound = _absolute_bound(a[a != 0] if mode == "rel" else a, eb, mode)
-    first = INDEX_CODECS["gap8"] if index_codec in ("auto", "gap8") else INDEX_CODECS["huffgap"]
+    first = INDEX_CODECS["gap8"] if index_codec == "auto" else INDEX_CODECS[index_codec]
     frame = _core.encode_sparse(a, bound, eb, MODES[mode], pred, radius, first)
     info = _core.frame_info(frame)
     hs, dr = info["header_size"], info["data_raw"]
@@ -238,7 +239,16 @@ def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: st
         else:
             huff = _core.encode_sparse_index(a, INDEX_CODECS["huffgap"])
         candidates.append((INDEX_CODECS["huffgap"], *_wrap(huff, _DATA_WRAPPERS), len(huff)))
-    index_id, index_lossless, index_bytes, index_raw = min(candidates, key=lambda c: len(c[2]))
+    best = min(candidates, key=lambda c: len(c[2])) if candidates else None
+    if index_codec in ("auto", "bitmap"):
+        if first == INDEX_CODECS["bitmap"]:
+            bitmap = frame[hs + dr:]
+        else:
+            bitmap = _core.encode_sparse_index(a, INDEX_CODECS["bitmap"])
+        # the bitmap decodes slower than the gap codecs: take it only when clearly smaller
+        if best is None or len(bitmap) < BITMAP_MIN_GAIN * len(best[2]):
+            best = (INDEX_CODECS["bitmap"], _NONE, bitmap, len(bitmap))
+    index_id, index_lossless, index_bytes, index_raw = best
     data_lossless, data_bytes = _wrap(frame[hs:hs + dr], _DATA_WRAPPERS)
     info.update(index_codec=index_id, index_lossless=index_lossless, index_raw=index_raw,
                 index_stored=len(index_bytes), data_lossless=data_lossless, data_stored=len(data_bytes))

@@ -28,7 +28,7 @@ def check(w, eb, **kw):
 
 
 @pytest.mark.parametrize("shape", [(0, 0), (0, 5), (5, 0), (1, 1000), (1000, 1), (37, 53), (300, 784)])
-@pytest.mark.parametrize("index_codec", ["auto", "gap8", "huffgap"])
+@pytest.mark.parametrize("index_codec", ["auto", "gap8", "huffgap", "bitmap"])
 def test_round_trip_shapes(shape, index_codec):
     check(pruned(*shape, 0.08), 1e-2, index_codec=index_codec)
 
@@ -41,7 +41,7 @@ def test_round_trip_densities(density):
 def test_long_gaps_use_fillers_without_data_slots():
     w = np.zeros((3, 5000), np.float32)
     w[0, 0], w[1, 4999], w[2, 2000] = 1.0, -2.0, 0.5
-    for ic in ("gap8", "huffgap"):
+    for ic in ("gap8", "huffgap", "bitmap"):
         b = check(w, 1e-3, index_codec=ic)
         assert codec.sparse_info(b)["nnz"] == 3
 
@@ -64,14 +64,26 @@ def test_info():
     info = codec.sparse_info(b)
     assert (info["rows"], info["cols"], info["nnz"]) == (100, 80, int((w != 0).sum()))
     assert info["error_bound"] == 1e-2 and info["predictor"] == "none"
-    assert info["index_codec"] in ("gap8", "huffgap")
+    assert info["index_codec"] in ("gap8", "huffgap", "bitmap")
     assert info["header_bytes"] + info["data_bytes"] + info["index_bytes"] == info["total_bytes"] == len(b)
 
 
-def test_auto_picks_smallest_index():
-    w = pruned(300, 784, 0.08, dead_cols=100)
-    sizes = {ic: len(codec.encode_sparse(w, 1e-2, index_codec=ic)) for ic in ("gap8", "huffgap")}
-    assert len(codec.encode_sparse(w, 1e-2)) == min(sizes.values())
+def test_auto_picks_smallest_gap_index_on_unstructured_matrix():
+    w = pruned(300, 784, 0.08)
+    sizes = {ic: len(codec.encode_sparse(w, 1e-2, index_codec=ic)) for ic in ("gap8", "huffgap", "bitmap")}
+    auto = codec.encode_sparse(w, 1e-2)
+    assert len(auto) == min(sizes["gap8"], sizes["huffgap"])
+    assert codec.sparse_info(auto)["index_codec"] in ("gap8", "huffgap")
+
+
+def test_auto_picks_bitmap_when_columns_are_dead():
+    # MNIST-like first layer: border pixels pruned away entirely, denser elsewhere
+    w = pruned(300, 784, 0.3)
+    w[:, np.random.default_rng(5).random(784) < 0.4] = 0
+    sizes = {ic: codec.sparse_info(codec.encode_sparse(w, 1e-2, index_codec=ic))["index_bytes"]
+             for ic in ("gap8", "huffgap", "bitmap")}
+    assert sizes["bitmap"] < 0.97 * min(sizes["gap8"], sizes["huffgap"])
+    assert codec.sparse_info(codec.encode_sparse(w, 1e-2))["index_codec"] == "bitmap"
 
 
 def test_relative_mode():
@@ -101,7 +113,7 @@ def test_array_and_sparse_streams_not_confused():
         codec.decode_sparse(codec.compress_array(np.eye(3, dtype=np.float32), 1e-3))
 
 
-@pytest.mark.parametrize("index_codec", ["gap8", "huffgap"])
+@pytest.mark.parametrize("index_codec", ["gap8", "huffgap", "bitmap"])
 def test_truncation_at_every_offset_raises(index_codec):
     b = codec.encode_sparse(pruned(10, 12, 0.3), 1e-2, index_codec=index_codec)
     for k in range(len(b)):
@@ -109,7 +121,7 @@ def test_truncation_at_every_offset_raises(index_codec):
             codec.decode_sparse(b[:k])
 
 
-@pytest.mark.parametrize("index_codec", ["gap8", "huffgap"])
+@pytest.mark.parametrize("index_codec", ["gap8", "huffgap", "bitmap"])
 def test_bit_flips_never_crash(index_codec):
     rng = np.random.default_rng(3)
     b = codec.encode_sparse(pruned(20, 30, 0.2), 1e-2, index_codec=index_codec)

@@ -55,6 +55,7 @@ extern "C" {
 /* index codecs of the sparse stream */
 #define DSZ_INDEX_GAP8 0u    /* DeepSZ: 8-bit gaps, 0 = skip 255 (meant for a lossless wrapper) */
 #define DSZ_INDEX_HUFFGAP 1u /* the same gap symbols, canonical-Huffman coded */
+#define DSZ_INDEX_BITMAP 2u  /* the non-zero bitmap, context-adaptive arithmetic coded */
 
 /* frame kinds */
 #define DSZ_KIND_ARRAY 1u
@@ -188,7 +189,7 @@ size_t dsz_encodeSparse(void* dst,                 /* output buffer */
                         size_t rows,               /* matrix rows */
                         size_t cols,               /* matrix columns */
                         const dsz_params* params,  /* bound, predictor, radius */
-                        unsigned indexCodec);      /* DSZ_INDEX_GAP8 or DSZ_INDEX_HUFFGAP */
+                        unsigned indexCodec);      /* DSZ_INDEX_* */
 
 /* Encode only the index section of a matrix under an index codec (to compare codecs or swap
  * the section of a frame from dsz_encodeSparse()). Mallocs scratch. Returns bytes, or an error. */

@@ -250,6 +250,27 @@ int dsz_data_decode(dsz_dataDec* d, float* dst, size_t n);
 /* plain decode of all n values, then the final checks */
 size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n);
 
+/* bitmap.c: the non-zero bitmap under context-adaptive binary arithmetic coding */
+#define DSZ_BITMAP_MAX_COLS ((size_t)1 << 24)
+typedef struct {
+    const uint8_t* p;
+    const uint8_t* end;
+    uint8_t* ring;       /* the two previous rows' bits, or NULL */
+    uint64_t i, r;       /* next position and its row */
+    size_t c, cols;      /* its column, matrix width */
+    size_t pad;          /* bytes read past the end (as zeros) */
+    uint32_t range, code;
+    unsigned left2;      /* the two previous bits of the row */
+    uint16_t prob[16];
+} dsz_bitmapDec;
+/* encode bits up to the last non-zero; returns bytes (0 if there is none) or an error */
+size_t dsz_bitmap_encode(uint8_t* dst, size_t cap, const float* w, size_t rows, size_t cols);
+/* mallocs a ring of 2 rows; returns 0 or an error */
+size_t dsz_bitmap_open(dsz_bitmapDec* b, const uint8_t* src, size_t size, size_t rows, size_t cols);
+void dsz_bitmap_free(dsz_bitmapDec* b);
+/* the next m non-zero positions (< n); returns m, or (size_t)-1 on corrupt input */
+size_t dsz_bitmap_positions(dsz_bitmapDec* b, uint64_t n, size_t* pos, size_t m);
+
 /* array.c: validate compression parameters, resolving the default radius */
 size_t dsz_checkParams(const dsz_params* p, unsigned* radius);
 

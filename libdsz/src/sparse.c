@@ -19,6 +19,8 @@ size_t dsz_index_bound(unsigned codec, uint64_t nElements, uint64_t nnz)
     if (nElements > DSZ_MAX_ELEMENTS || nnz > nElements) return DSZ_ERROR(parameter_outOfBound);
     if (codec == DSZ_INDEX_GAP8) return (size_t)syms;
     if (codec == DSZ_INDEX_HUFFGAP) return (size_t)(GAP_TABLE_MAX + 8 + (syms * DSZ_HUF_MAXLEN + 7) / 8);
+    /* an adaptive probability never drops below 31/2048: at most ~6.1 bits per bit */
+    if (codec == DSZ_INDEX_BITMAP) return (size_t)(nElements + 16);
     return DSZ_ERROR(parameter_unsupported);
 }
 
@@ -29,6 +31,7 @@ size_t dsz_sparseBound(size_t rows, size_t cols, size_t nnz, unsigned radius)
     if (nnz > rows * cols) nnz = rows * cols;
     db = dsz_data_bound(nnz, radius ? radius : DSZ_RADIUS_DEFAULT);
     ib = dsz_index_bound(DSZ_INDEX_HUFFGAP, rows * cols, nnz);
+    if (!dsz_isError(ib) && ib < rows * cols + 16) ib = rows * cols + 16; /* the bitmap's */
     if (dsz_isError(db) || dsz_isError(ib) || db > (size_t)-1 / 2 - ib) return DSZ_ERROR(parameter_outOfBound);
     return SPARSE_HEADER + db + ib;
 }
@@ -49,12 +52,15 @@ static size_t gap_symbols(const float* w, size_t n, uint8_t* g)
     return k;
 }
 
-static size_t encode_index(uint8_t* dst, size_t cap, const float* w, size_t n, size_t nnz, unsigned codec)
+static size_t encode_index(uint8_t* dst, size_t cap, const float* w, size_t rows, size_t cols, size_t nnz,
+                           unsigned codec)
 {
+    size_t const n = rows * cols;
     size_t const gcap = dsz_index_bound(DSZ_INDEX_GAP8, n, nnz);
     uint8_t* g;
     size_t k, ret, i;
     if (dsz_isError(gcap)) return gcap;
+    if (codec == DSZ_INDEX_BITMAP) return dsz_bitmap_encode(dst, cap, w, rows, cols);
     if (codec != DSZ_INDEX_GAP8 && codec != DSZ_INDEX_HUFFGAP) return DSZ_ERROR(parameter_unsupported);
     g = (uint8_t*)malloc(gcap);
     if (!g) return DSZ_ERROR(memory_allocation);
@@ -102,7 +108,7 @@ size_t dsz_encodeSparseIndex(void* dst, size_t cap, const float* w, size_t rows,
     if (cols && rows > (size_t)DSZ_MAX_ELEMENTS / cols) return DSZ_ERROR(parameter_outOfBound);
     n = rows * cols;
     if (n && !w) return DSZ_ERROR(parameter_unsupported);
-    return encode_index((uint8_t*)dst, cap, w, n, count_nonzeros(w, n), codec);
+    return encode_index((uint8_t*)dst, cap, w, rows, cols, count_nonzeros(w, n), codec);
 }
 
 size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, size_t cols, const dsz_params* p,
@@ -115,7 +121,7 @@ size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, siz
     size_t n, nnz, i, k, ds, is;
     float* vals;
     DSZ_CHECK(dsz_checkParams(p, &radius));
-    if (codec != DSZ_INDEX_GAP8 && codec != DSZ_INDEX_HUFFGAP) return DSZ_ERROR(parameter_unsupported);
+    if (codec > DSZ_INDEX_BITMAP) return DSZ_ERROR(parameter_unsupported);
     if (cols && rows > (size_t)DSZ_MAX_ELEMENTS / cols) return DSZ_ERROR(parameter_outOfBound);
     n = rows * cols;
     if (n && !w) return DSZ_ERROR(parameter_unsupported);
@@ -130,7 +136,7 @@ size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, siz
     ds = dsz_data_encode(dst + SPARSE_HEADER, cap - SPARSE_HEADER, vals, nnz, &q, &pred);
     free(vals);
     if (dsz_isError(ds)) return ds;
-    is = encode_index(dst + SPARSE_HEADER + ds, cap - SPARSE_HEADER - ds, w, n, nnz, codec);
+    is = encode_index(dst + SPARSE_HEADER + ds, cap - SPARSE_HEADER - ds, w, rows, cols, nnz, codec);
     if (dsz_isError(is)) return is;
     memset(&f, 0, sizeof(f));
     f.kind = DSZ_KIND_SPARSE;
@@ -213,17 +219,19 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
     dsz_dataDec d;
     dsz_hufDec h;
     dsz_bitReader br;
+    dsz_bitmapDec bm;
     dsz_quant q;
     size_t r, at = 0, j;
     uint64_t bitBytes = 0;
     if (!f || f->kind != DSZ_KIND_SPARSE) return DSZ_ERROR(parameter_unsupported);
-    if (f->indexCodec != DSZ_INDEX_GAP8 && f->indexCodec != DSZ_INDEX_HUFFGAP) return DSZ_ERROR(frameParameter_unsupported);
+    if (f->indexCodec > DSZ_INDEX_BITMAP) return DSZ_ERROR(frameParameter_unsupported);
     if (dataSize != f->dataRawSize || indexSize != f->indexRawSize) return DSZ_ERROR(srcSize_wrong);
     n = f->nElements;
     nnz = f->nnz;
     if (dstCapacity < n) return DSZ_ERROR(dstSize_tooSmall);
     dsz_quant_init(&q, f->errorBound, f->radius, 1);
     memset(&h, 0, sizeof(h));
+    memset(&bm, 0, sizeof(bm));
     r = dsz_data_open(&d, (const uint8_t*)data, dataSize, (size_t)nnz, &q, f->predictor);
     if (dsz_isError(r)) return r;
     if (f->indexCodec == DSZ_INDEX_HUFFGAP) {
@@ -234,6 +242,11 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
         bitBytes = dsz_rd64(index + ts);
         if (bitBytes != indexSize - ts - 8 || (nnz && !h.maxLen)) goto done;
         dsz_br_init(&br, index + ts + 8, (size_t)bitBytes);
+    } else if (f->indexCodec == DSZ_INDEX_BITMAP) {
+        r = dsz_bitmap_open(&bm, index, indexSize, (size_t)f->shape[0], (size_t)f->shape[1]);
+        if (dsz_isError(r)) goto done;
+        r = DSZ_ERROR(corruption_detected);
+        if ((nnz == 0) != (indexSize == 0)) goto done;
     }
     r = DSZ_ERROR(corruption_detected);
     /* batches: positions, then values, then the scatter */
@@ -241,7 +254,9 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
         size_t const m = nnz - k < BATCH ? (size_t)(nnz - k) : BATCH;
         if (f->indexCodec == DSZ_INDEX_GAP8) {
             if (positions_gap8(index, indexSize, &at, &prev1, n, pos, m) != m) goto done;
-        } else if (positions_huff(&h, &br, &prev1, n, pos, m)) {
+        } else if (f->indexCodec == DSZ_INDEX_HUFFGAP) {
+            if (positions_huff(&h, &br, &prev1, n, pos, m)) goto done;
+        } else if (dsz_bitmap_positions(&bm, n, pos, m) != m) {
             goto done;
         }
         if (dsz_data_decode(&d, val, m)) goto done;
@@ -250,6 +265,8 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
     }
     if (f->indexCodec == DSZ_INDEX_GAP8) {
         if (at != indexSize) goto done;
+    } else if (f->indexCodec == DSZ_INDEX_BITMAP) {
+        if (bm.p != bm.end) goto done; /* the coder's flush is read to its last byte */
     } else if (nnz) {
         uint64_t const used = dsz_br_consumed(&br);
         if (used > 8 * bitBytes || used + 8 <= 8 * bitBytes) goto done;
@@ -259,6 +276,7 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
     r = dsz_data_close(&d);
     if (!dsz_isError(r)) r = (size_t)nnz;
 done:
+    dsz_bitmap_free(&bm);
     dsz_huf_freeDec(&h);
     dsz_data_free(&d);
     return r;

@@ -237,7 +237,7 @@ static void sparse_case(size_t rows, size_t cols, double density, unsigned codec
 static void test_sparse(void)
 {
     unsigned c;
-    for (c = DSZ_INDEX_GAP8; c <= DSZ_INDEX_HUFFGAP; c++) {
+    for (c = DSZ_INDEX_GAP8; c <= DSZ_INDEX_BITMAP; c++) {
         sparse_case(0, 0, 0.1, c, 0);
         sparse_case(1, 1000, 0.05, c, 0);
         sparse_case(1000, 1, 0.05, c, 0);
