@@ -3,6 +3,9 @@ import pathlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from pydsz import codec
 from pydsz.errors import DszError, FormatError
@@ -49,6 +52,17 @@ def test_long_gaps_use_fillers_without_data_slots():
 def test_nonzero_never_decodes_to_zero_with_large_bound():
     w = pruned(50, 60, 0.2)
     check(w, 10.0)  # every value is within one step of 0; still non-zero after decoding
+
+
+@settings(max_examples=100, deadline=None)
+@given(w=hnp.arrays(np.float32, hnp.array_shapes(min_dims=2, max_dims=2, max_side=30),
+                    elements=st.one_of(st.just(0.0), st.floats(width=32, allow_nan=False, allow_infinity=False))),
+       eb=st.floats(min_value=1e-30, max_value=1e30),
+       index_codec=st.sampled_from(["auto", "gap8", "huffgap", "bitmap"]))
+def test_property_positions_exact_and_bound_holds(w, eb, index_codec):
+    y = codec.decode_sparse(codec.encode_sparse(w, eb, index_codec=index_codec))
+    assert np.array_equal(y != 0, w != 0)
+    assert np.all(np.abs(y.astype(np.float64) - w.astype(np.float64)) <= eb)
 
 
 def test_nonfinite_values_kept():
