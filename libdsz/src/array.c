@@ -69,6 +69,17 @@ size_t dsz_decompressArray(float* dst, size_t dstCapacity, const dsz_frameInfo* 
     dsz_quant q;
     size_t r;
     if (!f || f->kind != DSZ_KIND_ARRAY) return DSZ_ERROR(parameter_unsupported);
+    DSZ_CHECK(dsz_frame_check(f));
+    if (f->nnz != f->nElements || f->ndim > DSZ_MAX_NDIM) return DSZ_ERROR(corruption_detected);
+    {
+        uint64_t prod = 1;
+        unsigned i;
+        for (i = 0; i < f->ndim; i++) {
+            if (f->shape[i] && prod > DSZ_MAX_ELEMENTS / f->shape[i]) return DSZ_ERROR(corruption_detected);
+            prod *= f->shape[i];
+        }
+        if (prod != f->nElements) return DSZ_ERROR(corruption_detected);
+    }
     if (dataSize != f->dataRawSize) return DSZ_ERROR(srcSize_wrong);
     if (dstCapacity < f->nElements) return DSZ_ERROR(dstSize_tooSmall);
     dsz_quant_init(&q, f->errorBound, f->radius, 0);

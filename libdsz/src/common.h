@@ -271,6 +271,9 @@ void dsz_bitmap_free(dsz_bitmapDec* b);
 /* the next m non-zero positions (< n); returns m, or (size_t)-1 on corrupt input */
 size_t dsz_bitmap_positions(dsz_bitmapDec* b, uint64_t n, size_t* pos, size_t m);
 
+/* frame.c: consistency of a frame description (limits, ids, sizes); returns 0 or an error */
+size_t dsz_frame_check(const dsz_frameInfo* f);
+
 /* array.c: validate compression parameters, resolving the default radius */
 size_t dsz_checkParams(const dsz_params* p, unsigned* radius);
 

@@ -12,8 +12,8 @@ static const uint8_t MAGIC_SPARSE[4] = {'D', 'S', 'Z', 'S'};
 
 static int bound_ok(double b) { return isfinite(b) && b > 0; }
 
-/* checks shared by reading and writing; returns 0 or an error */
-static size_t check_info(const dsz_frameInfo* f)
+/* checks shared by reading, writing and decoding; returns 0 or an error */
+size_t dsz_frame_check(const dsz_frameInfo* f)
 {
     size_t dataBound;
     if (f->dtype != 1) return DSZ_ERROR(frameParameter_unsupported);
@@ -94,7 +94,7 @@ size_t dsz_getFrameInfo(dsz_frameInfo* f, const void* srcv, size_t srcSize)
         f->indexRawSize = dsz_rd64(src + 72);
         f->indexStoredSize = dsz_rd64(src + 80);
     }
-    DSZ_CHECK(check_info(f));
+    DSZ_CHECK(dsz_frame_check(f));
     return f->headerSize;
 }
 
@@ -122,7 +122,7 @@ size_t dsz_writeFrameHeader(void* dstv, size_t cap, const dsz_frameInfo* f)
     }
     g.nElements = n;
     if (f->version != DSZ_FORMAT_VERSION) return DSZ_ERROR(version_unsupported);
-    if (dsz_isError(check_info(&g))) return DSZ_ERROR(parameter_outOfBound);
+    if (dsz_isError(dsz_frame_check(&g))) return DSZ_ERROR(parameter_outOfBound);
     if (cap < hs) return DSZ_ERROR(dstSize_tooSmall);
     memset(dst, 0, hs);
     memcpy(dst, f->kind == DSZ_KIND_ARRAY ? MAGIC_ARRAY : MAGIC_SPARSE, 4);

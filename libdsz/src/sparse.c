@@ -224,6 +224,9 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
     size_t r, at = 0, j;
     uint64_t bitBytes = 0;
     if (!f || f->kind != DSZ_KIND_SPARSE) return DSZ_ERROR(parameter_unsupported);
+    DSZ_CHECK(dsz_frame_check(f));
+    if (f->shape[1] && f->shape[0] > DSZ_MAX_ELEMENTS / f->shape[1]) return DSZ_ERROR(corruption_detected);
+    if (f->shape[0] * f->shape[1] != f->nElements) return DSZ_ERROR(corruption_detected);
     if (f->indexCodec > DSZ_INDEX_BITMAP) return DSZ_ERROR(frameParameter_unsupported);
     if (dataSize != f->dataRawSize || indexSize != f->indexRawSize) return DSZ_ERROR(srcSize_wrong);
     n = f->nElements;
