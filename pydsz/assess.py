@@ -73,8 +73,11 @@ def encode_weight(w: np.ndarray, bound: float) -> tuple[np.ndarray, int, int, in
 class Evaluator:
     """Counts correct top-1 predictions on the validation set with some layers' weights replaced.
 
-    Uses the numpy tail from the first of `layer_names` when the model allows it (and use_tail),
-    else the interpreter. `fast` says which.
+    Weights of layers the numpy tail covers (the FC chain from the first FC layer among
+    `layer_names`, when the model allows one) are evaluated on the tail's cached input; any other
+    layer (a conv layer, or use_tail=False) goes through the interpreter. Drops are counted
+    against the same path's own baseline, so float rounding differences between the paths never
+    show up as a loss.
     """
 
     def __init__(self, tflite_bytes: bytes, x: np.ndarray, y: np.ndarray, layer_names: Sequence[str],
@@ -85,19 +88,34 @@ class Evaluator:
         self.bytes = bytes(tflite_bytes)
         self.x, self.y = x, np.asarray(y)
         self.num_threads = num_threads
-        first = min(layer_names, key=lambda n: self.model.layer(n).op_index)
-        tail = Tail.from_model(self.model, first) if use_tail else None
-        covered = tail is not None and set(layer_names) <= {_name(l) for l in tail.layers}
-        self.tail = tail if covered else None
-        self.h = runtime.capture(self.bytes, x, tail.input_tensor, num_threads=num_threads) if self.tail else None
+        fcs = sorted((self.model.layer(n) for n in layer_names if self.model.layer(n).kind == "fc"),
+                     key=lambda layer: layer.op_index)
+        self.tail = Tail.from_model(self.model, fcs[0].name) if use_tail and fcs else None
+        self.h = runtime.capture(self.bytes, x, self.tail.input_tensor, num_threads=num_threads) if self.tail else None
+        self._baseline: dict[bool, int] = {}
 
     @property
     def fast(self) -> bool:
+        """Whether some layers are evaluated by the numpy tail."""
         return self.tail is not None
+
+    def _on_tail(self, weights: Mapping[str, np.ndarray]) -> bool:
+        return self.tail is not None and set(weights) <= set(self.tail.layers)
 
     def correct(self, weights: Mapping[str, np.ndarray]) -> int:
         """Correct predictions with `weights` ({layer name: array}) in place of the model's own."""
-        if self.tail is not None:
+        return self._count(weights, self._on_tail(weights))
+
+    def drop(self, weights: Mapping[str, np.ndarray]) -> tuple[int, int]:
+        """(samples lost, correct predictions) with `weights` in place, against the same path's baseline."""
+        on_tail = self._on_tail(weights)
+        if on_tail not in self._baseline:
+            self._baseline[on_tail] = self._count({}, on_tail)
+        correct = self._count(weights, on_tail) if weights else self._baseline[on_tail]
+        return self._baseline[on_tail] - correct, correct
+
+    def _count(self, weights: Mapping[str, np.ndarray], on_tail: bool) -> int:
+        if on_tail:
             out = self.tail.forward(self.h, weights=dict(weights))
             return int(np.sum(np.argmax(out.reshape(len(out), -1), axis=1) == self.y))
         model = self.model.replace(dict(weights)) if weights else self.bytes
@@ -130,14 +148,12 @@ def assess_layer(
     evaluator: Evaluator,
     name: str,
     weight: np.ndarray,
-    baseline: int,
     budget: int,
     on_point: Optional[Callable[[Point], None]] = None,
 ) -> list[Point]:
     """Measure one layer alone over an adaptive range of bounds; sorted by bound, bound 0 first.
 
-    `baseline` is the correct count of the uncompressed model, `budget` the allowed drop in
-    samples. The ladder stops once the drop exceeds max(2 * budget, budget + 10): clearly beyond,
+    `budget` is the allowed drop in samples. The ladder stops once the drop exceeds max(2 * budget, budget + 10): clearly beyond,
     with margin for noise (a single point may overshoot and the next fall back).
     """
     stop = max(2 * budget, budget + 10)
@@ -145,8 +161,8 @@ def assess_layer(
 
     def measure(bound: float) -> Point:
         decoded, size, data, index = encode_weight(weight, bound)
-        correct = baseline if bound == 0 else evaluator.correct({name: decoded})
-        point = Point(name, bound, size, data, index, correct, baseline - correct)
+        drop, correct = evaluator.drop({} if bound == 0 else {name: decoded})
+        point = Point(name, bound, size, data, index, correct, drop)
         if on_point:
             on_point(point)
         return point
@@ -171,7 +187,6 @@ def assess(
     evaluator: Evaluator,
     model: TFLiteModel,
     layer_names: Sequence[str],
-    baseline: int,
     budget: int,
     progress: bool = False,
 ) -> dict[str, list[Point]]:
@@ -182,6 +197,6 @@ def assess(
     with tqdm(desc="assess", unit="eval", disable=not progress, leave=False) as bar:
         for name in layer_names:
             bar.set_postfix_str(name)
-            table[name] = assess_layer(evaluator, name, np.asarray(model.weight(name)), baseline, budget,
+            table[name] = assess_layer(evaluator, name, np.asarray(model.weight(name)), budget,
                                        on_point=lambda p: bar.update())
     return table

@@ -127,8 +127,7 @@ def compress(
     allowed = max(0, math.floor((max_loss - (reference - top1_before)) * n + 1e-6))
 
     evaluator = Evaluator(data, x, y, names, num_threads=num_threads)
-    baseline = evaluator.correct({})
-    table = assess(evaluator, model, names, baseline, allowed, progress=progress)
+    table = assess(evaluator, model, names, allowed, progress=progress)
     max_size = None
     if target_ratio is not None:
         max_size = int(sum(l.nbytes for l in chosen) / target_ratio)
@@ -141,7 +140,7 @@ def compress(
         else:
             bounds = {name: plan.choice[name].bound for name in names}
         weights = {name: encode_weight(model.weight(name), b)[0] for name, b in bounds.items() if b > 0}
-        drop = baseline - evaluator.correct(weights) if weights else 0
+        drop = evaluator.drop(weights)[0]
         attempt = {"budget": budget, "bounds": bounds, "predicted_drop": plan.loss * n if plan else 0.0,
                    "drop": drop}
         attempts.append(attempt)

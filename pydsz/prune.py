@@ -116,6 +116,8 @@ def retrain(
     progress: bool = False,
     targets: Optional[Mapping[str, float]] = None,
     ramp: float = 0.5,
+    teacher: Optional[Sequence[Dense]] = None,
+    distill: float = 0.5,
 ) -> list[Dense]:
     """Retrain the tail on cached inputs `h` with labels `y`; masked weights stay exactly zero.
 
@@ -125,6 +127,8 @@ def retrain(
     `targets` ({layer: sparsity}) prunes gradually while training: the layer's mask tightens by
     magnitude on a cubic schedule over the first `ramp` of the steps (Zhu & Gupta 2017), which
     loses far less accuracy than pruning at once and retraining afterwards.
+    `teacher` (e.g. the unpruned layers) adds knowledge distillation: the target is the labels'
+    one-hot mixed with the teacher's softmax, `distill` being the teacher's share.
     """
     from tqdm import tqdm
 
@@ -143,6 +147,9 @@ def retrain(
     for p, m in zip(params, keep):
         if m is not None:
             p.weight *= m
+    soft = None
+    if teacher is not None:
+        soft = np.concatenate([_softmax(forward(teacher, h[i:i + 8192])) for i in range(0, len(h), 8192)])
     rng = np.random.default_rng(seed)
     steps_per_epoch = max(1, len(h) // batch_size)
     total = max(1, int(round(epochs * steps_per_epoch)))
@@ -163,7 +170,10 @@ def retrain(
                 if p.name in targets:
                     keep[i] = magnitude_mask(p.weight, targets[p.name] * (1 - (1 - done) ** 3))
                     p.weight *= keep[i]
-        grads = _gradients(params, h[idx] / scale, y[idx])
+        target = np.eye(n_out, dtype=np.float32)[y[idx]]
+        if soft is not None:
+            target = (1 - distill) * target + distill * soft[idx]
+        grads = _gradients(params, h[idx] / scale, target)
         opt.t += 1
         step_lr = lr * (1 - step / total)
         for p, m, (gw, gb) in zip(params, keep, grads):
@@ -182,8 +192,14 @@ def retrain(
     return params
 
 
-def _gradients(layers: Sequence[Dense], x: np.ndarray, y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Gradients of the mean softmax cross-entropy of the tail's output w.r.t. each weight and bias."""
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+def _gradients(layers: Sequence[Dense], x: np.ndarray, target: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Gradients of the mean softmax cross-entropy between the tail's output and `target`
+    (rows of class probabilities) w.r.t. each weight and bias."""
     inputs, pre, post = [], [], []
     h = x
     for layer in layers:
@@ -192,11 +208,7 @@ def _gradients(layers: Sequence[Dense], x: np.ndarray, y: np.ndarray) -> list[tu
         h = ACTIVATIONS[layer.activation][0](z)
         pre.append(z)
         post.append(h)
-    logits = h - h.max(axis=1, keepdims=True)
-    prob = np.exp(logits)
-    prob /= prob.sum(axis=1, keepdims=True)
-    prob[np.arange(len(y)), y] -= 1
-    delta = prob / len(y)
+    delta = (_softmax(h) - target) / len(target)
     grads = []
     for i in range(len(layers) - 1, -1, -1):
         delta = delta * ACTIVATIONS[layers[i].activation][1](pre[i], post[i])
@@ -292,7 +304,7 @@ def auto_sparsity(
 
 def prune_model(
     tflite_bytes: bytes, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
-    sparsity: Sparsity, *, epochs: float = 4, auto_budget: float = 0.001, seed: int = 0,
+    sparsity: Sparsity, *, epochs: float = 8, auto_budget: float = 0.001, distill: float = 0.5, seed: int = 0,
     progress: bool = False, num_threads: int | None = None,
 ) -> PruneResult:
     """Prune the FC layers of a .tflite model by magnitude and retrain its FC tail with the masks held.
@@ -300,7 +312,8 @@ def prune_model(
     sparsity: one fraction for every FC layer, {layer: fraction}, or "auto" (per layer as high as
     the validation accuracy allows within auto_budget). Layers already at least ALREADY_SPARSE
     sparse are left alone. The trunk before the first FC layer stays frozen: its output is
-    captured once and the tail retrains on it.
+    captured once and the tail retrains on it. `distill`: the unpruned tail's share of the
+    training target (knowledge distillation; 0 trains on the labels alone).
     """
     from pydsz import runtime
     from pydsz.model import TFLiteModel
@@ -332,10 +345,12 @@ def prune_model(
     h = runtime.capture(data, x, tail.input_tensor, num_threads=num_threads)
     h_val = runtime.capture(data, x_val, tail.input_tensor, num_threads=num_threads)
     y, y_val = np.asarray(y), np.asarray(y_val)
+    teacher = [replace(l) for l in layers]
     if targets == "auto":
         targets, layers = auto_sparsity(layers, h, y, h_val, y_val, todo, auto_budget, seed=seed,
                                         progress=progress)
-    layers = retrain(layers, _masks(layers, {}), h, y, epochs=epochs, seed=seed, progress=progress, targets=targets)
+    layers = retrain(layers, _masks(layers, {}), h, y, epochs=epochs, seed=seed, progress=progress,
+                     targets=targets, teacher=teacher if distill else None, distill=distill)
     biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
     out = model.replace({**{l.name: l.weight for l in layers}, **biases})
     return PruneResult(out, {l.name: 1 - density(l.weight) for l in layers}, sorted(targets), already,

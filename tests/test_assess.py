@@ -35,11 +35,16 @@ def test_tail_evaluator_agrees_with_the_interpreter(name, val):
     assert fast.correct(weights) != fast.correct({})
 
 
-def test_conv_layers_fall_back_to_the_interpreter(val):
+def test_conv_layers_fall_back_to_the_interpreter_fc_layers_keep_the_tail(val):
     data, model = _model("lenet5.tflite")
     names = [l.name for l in compressible_layers(model, "all")]
-    assert any(n.startswith("conv") for n in names)
-    assert not Evaluator(data, *val, names).fast
+    assert names == ["conv1", "conv2", "fc1", "fc2"]
+    evaluator = Evaluator(data, *val, names)
+    assert evaluator._on_tail({"fc1": None}) and not evaluator._on_tail({"conv2": None, "fc1": None})
+    conv = encode_weight(model.weight("conv2"), 0.05)[0]
+    slow = Evaluator(data, *val, names, use_tail=False)
+    assert evaluator.drop({"conv2": conv}) == slow.drop({"conv2": conv})
+    assert evaluator.drop({}) == (0, evaluator.correct({}))
 
 
 def test_encode_weight_matches_what_the_container_stores():
@@ -63,9 +68,8 @@ def test_bound_zero_is_lossless():
 def test_adaptive_range_climbs_until_clearly_beyond_budget_then_refines(val):
     data, model = _model("lenet300.tflite")
     evaluator = Evaluator(data, *val, ["fc1"])
-    baseline = evaluator.correct({})
     budget = 3
-    points = assess_layer(evaluator, "fc1", model.weight("fc1"), baseline, budget)
+    points = assess_layer(evaluator, "fc1", model.weight("fc1"), budget)
     bounds = [p.bound for p in points]
     assert bounds[0] == 0 and points[0].drop == 0 and bounds == sorted(bounds)
     assert points[-1].drop > max(2 * budget, budget + 10)
