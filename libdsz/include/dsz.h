@@ -6,10 +6,11 @@
  * with dsz_getErrorName(). Output buffers are owned by the caller and sized
  * with the *Bound() functions. The library never prints and never aborts.
  *
- * Memory: dsz_compress() and dsz_encodeSparse() malloc internal scratch space
- * (about 8 bytes per value) and free it before returning; dsz_decompressArray(),
- * dsz_decodeSparse() and dsz_decompress() malloc a small decoding table
- * (at most 16 bytes per alphabet symbol, i.e. <= 32 MiB for the largest radius).
+ * Memory: dsz_compress(), dsz_encodeSparse() and dsz_encodeSparseIndex() malloc internal
+ * scratch space (about 8 bytes per coded value, 1 byte per index symbol) and free it before
+ * returning; dsz_decompressArray(), dsz_decodeSparse() and dsz_decompress() malloc decoding
+ * tables (8 KiB plus 8 bytes per used symbol, at most ~16 MiB for the largest radius) and,
+ * for the bitmap index, two rows of flags (2 * cols bytes). All are freed before returning.
  * All other functions allocate nothing.
  *
  * The byte format is specified in doc/format.md (format version DSZ_FORMAT_VERSION).
