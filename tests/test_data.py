@@ -17,6 +17,9 @@ from pydsz.data import (
 )
 from pydsz.errors import InputError
 
+# these run a TFLite interpreter: CI runs them again under tflite-runtime
+pytestmark = pytest.mark.runtime
+
 MODELS = ["lenet300.tflite", "lenet5.tflite", "lenet300_ool.tflite"]
 needs_debian_fmnist = pytest.mark.skipif(
     not os.path.isdir(FASHION_MNIST_DIR), reason="apt-get install dataset-fashion-mnist"

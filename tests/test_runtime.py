@@ -11,6 +11,9 @@ from pydsz import runtime
 from pydsz.errors import DszError, InputError
 from pydsz.model import TFLiteModel
 
+# these run a TFLite interpreter: CI runs them again under tflite-runtime
+pytestmark = pytest.mark.runtime
+
 DATA = Path(__file__).parents[1] / "pydsz" / "data"
 
 
@@ -30,17 +33,16 @@ def test_set():
         return f["x"][:2000], f["y"][:2000]
 
 
-def test_litert_is_found():
-    from ai_edge_litert.interpreter import Interpreter
-
-    assert runtime.interpreter_class() is Interpreter
+def test_litert_is_found(monkeypatch):
+    interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
+    monkeypatch.delenv("DSZ_RUNTIME", raising=False)
+    assert runtime.interpreter_class() is interpreter
 
 
 def test_environment_variable_forces_a_runtime(monkeypatch):
-    from ai_edge_litert.interpreter import Interpreter
-
+    interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
     monkeypatch.setenv("DSZ_RUNTIME", "litert")
-    assert runtime.interpreter_class() is Interpreter
+    assert runtime.interpreter_class() is interpreter
     monkeypatch.setenv("DSZ_RUNTIME", "onnx")
     with pytest.raises(DszError, match="unknown TFLite runtime 'onnx'"):
         runtime.interpreter_class()

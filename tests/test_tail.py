@@ -12,6 +12,9 @@ from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
 from pydsz.tail import Tail
 
+# these run a TFLite interpreter: CI runs them again under tflite-runtime
+pytestmark = pytest.mark.runtime
+
 DATA = Path(__file__).parents[1] / "pydsz" / "data"
 ACT = tflite.ActivationFunctionType
 INT32 = tflite.TensorType.INT32
