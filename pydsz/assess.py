@@ -42,10 +42,27 @@ class Point:
     data_bytes: int  # the paper's sizes: coded non-zero values and coded index
     index_bytes: int
     correct: int  # validation samples classified correctly
-    drop: int  # baseline correct - correct (negative: an improvement)
+    drop: int  # baseline correct - correct = lost - gained (negative: an improvement)
+    lost: int = 0  # samples right before and wrong now
+    gained: int = 0  # samples wrong before and right now
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A validation run against the uncompressed baseline: net drop and the flips behind it."""
+
+    drop: int
+    correct: int
+    lost: int
+    gained: int
+
+    def risk(self, margin: float) -> float:
+        """The drop plus `margin` standard deviations of its noise: of the flipped samples each is a
+        coin toss between lost and gained, so the net count's deviation is about sqrt(flips)."""
+        return self.drop + margin * float(np.sqrt(self.lost + self.gained))
 
 
 def encode_weight(w: np.ndarray, bound: float) -> tuple[np.ndarray, int, int, int]:
@@ -92,7 +109,7 @@ class Evaluator:
                      key=lambda layer: layer.op_index)
         self.tail = Tail.from_model(self.model, fcs[0].name) if use_tail and fcs else None
         self.h = runtime.capture(self.bytes, x, self.tail.input_tensor, num_threads=num_threads) if self.tail else None
-        self._baseline: dict[bool, int] = {}
+        self._baseline: dict[bool, np.ndarray] = {}
 
     @property
     def fast(self) -> bool:
@@ -104,22 +121,28 @@ class Evaluator:
 
     def correct(self, weights: Mapping[str, np.ndarray]) -> int:
         """Correct predictions with `weights` ({layer name: array}) in place of the model's own."""
-        return self._count(weights, self._on_tail(weights))
+        return int(self._hits(weights, self._on_tail(weights)).sum())
 
-    def drop(self, weights: Mapping[str, np.ndarray]) -> tuple[int, int]:
-        """(samples lost, correct predictions) with `weights` in place, against the same path's baseline."""
+    def drop(self, weights: Mapping[str, np.ndarray]) -> Measure:
+        """The drop with `weights` in place, against the same path's baseline."""
         on_tail = self._on_tail(weights)
         if on_tail not in self._baseline:
-            self._baseline[on_tail] = self._count({}, on_tail)
-        correct = self._count(weights, on_tail) if weights else self._baseline[on_tail]
-        return self._baseline[on_tail] - correct, correct
+            self._baseline[on_tail] = self._hits({}, on_tail)
+        base = self._baseline[on_tail]
+        hits = self._hits(weights, on_tail) if weights else base
+        lost, gained = int(np.sum(base & ~hits)), int(np.sum(~base & hits))
+        return Measure(lost - gained, int(hits.sum()), lost, gained)
 
-    def _count(self, weights: Mapping[str, np.ndarray], on_tail: bool) -> int:
+    def _hits(self, weights: Mapping[str, np.ndarray], on_tail: bool) -> np.ndarray:
+        """Per sample: is the top-1 prediction right?"""
         if on_tail:
             out = self.tail.forward(self.h, weights=dict(weights))
-            return int(np.sum(np.argmax(out.reshape(len(out), -1), axis=1) == self.y))
-        model = self.model.replace(dict(weights)) if weights else self.bytes
-        return int(round(runtime.accuracy(model, self.x, self.y, num_threads=self.num_threads) * len(self.y)))
+        else:
+            model = self.model.replace(dict(weights)) if weights else self.bytes
+            out = runtime.predict(model, self.x, num_threads=self.num_threads)
+        scores = out.reshape(len(out), -1)
+        runtime.top1(scores, self.y)  # checks the labels against the outputs
+        return np.argmax(scores, axis=1) == self.y
 
 
 def _name(layer) -> str:
@@ -161,8 +184,8 @@ def assess_layer(
 
     def measure(bound: float) -> Point:
         decoded, size, data, index = encode_weight(weight, bound)
-        drop, correct = evaluator.drop({} if bound == 0 else {name: decoded})
-        point = Point(name, bound, size, data, index, correct, drop)
+        m = evaluator.drop({} if bound == 0 else {name: decoded})
+        point = Point(name, bound, size, data, index, m.correct, m.drop, m.lost, m.gained)
         if on_point:
             on_point(point)
         return point

@@ -2,8 +2,9 @@
 
 The loss reported is always measured: the chosen bounds are applied to all layers together, the
 .dsz is written and decoded, and the decoded model is run through the interpreter. Where the
-per-layer losses do not add up and the budget is exceeded, the optimizer is re-run under a
-tighter budget until the measured loss fits (keeping every layer lossless always fits).
+per-layer losses do not add up and the budget is exceeded, bounds are tightened one measured step
+at a time, the step chosen greedily, until the measured loss fits (every layer lossless always
+fits).
 """
 
 from __future__ import annotations
@@ -89,8 +90,29 @@ def _check_inputs(model: TFLiteModel, x: np.ndarray, y: np.ndarray, max_loss: fl
         raise InputError(f"data: {len(x)} samples but {len(y)} labels")
 
 
-def _plan(table: dict[str, list[Point]], n: int, budget: int, max_size: Optional[int]) -> Optional[Plan]:
-    options = {name: [Option(p.bound, p.size, p.drop / n) for p in pts] for name, pts in table.items()}
+def _monotone(values: list[float]) -> list[float]:
+    """The closest non-decreasing sequence (least squares; pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    return [m for m, c in blocks for _ in range(int(c))]
+
+
+def expected_losses(points: list[Point], margin: float) -> list[float]:
+    """Each point's loss as the optimizer sees it, in samples: drop + margin * sqrt(flips), made
+    non-decreasing in the bound. A larger bound cannot be expected to lose less; a dip in the
+    measured curve is noise, and picking it would fit the validation set instead of the data."""
+    risks = [0.0 if p.bound == 0 else p.drop + margin * math.sqrt(p.lost + p.gained) for p in points]
+    return _monotone(risks)
+
+
+def _plan(table: dict[str, list[Point]], n: int, budget: int, max_size: Optional[int],
+          margin: float) -> Optional[Plan]:
+    options = {name: [Option(p.bound, p.size, loss / n) for p, loss in zip(pts, expected_losses(pts, margin))]
+               for name, pts in table.items()}
     if max_size is not None:
         return minimize_loss(options, max_size, 1 / n)
     return minimize_size(options, budget / n, 1 / n)
@@ -105,6 +127,7 @@ def compress(
     target_ratio: Optional[float] = None,
     layers: str = "fc",
     reference_top1: Optional[float] = None,
+    margin: float = 1.0,
     progress: bool = False,
     num_threads: Optional[int] = None,
 ) -> Result:
@@ -113,6 +136,9 @@ def compress(
     reference_top1: measure the loss against this accuracy instead of the given model's (e.g. the
     unpruned model's, so that pruning and compression share one budget). target_ratio: instead,
     the best accuracy whose compressed layers are at most their original size / target_ratio.
+    margin: how many standard deviations of validation noise every decision keeps in hand (0
+    takes the measured drops at face value, which overfits the validation set: the chosen
+    bounds then lose more on unseen data). The final measured loss is <= max_loss either way.
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
@@ -132,42 +158,90 @@ def compress(
     if target_ratio is not None:
         max_size = int(sum(l.nbytes for l in chosen) / target_ratio)
 
-    budget, attempts, candidates = allowed, [], dict(table)
+    plan = _plan(table, n, allowed, max_size, margin)
+    # nothing fits (a target ratio beyond the grid): every layer lossless
+    bounds = {name: plan.choice[name].bound if plan else 0.0 for name in names}
+    decoded = _Decoded(model)
+    attempts: list[dict] = []
+    slack = 0  # samples the interpreter measured worse than the fast path (float rounding)
     while True:
-        plan = _plan(candidates, n, budget, max_size)
-        if plan is None:  # nothing fits (a target ratio beyond the grid, or budget spent): lossless
-            bounds = {name: 0.0 for name in names}
-        else:
-            bounds = {name: plan.choice[name].bound for name in names}
-        weights = {name: encode_weight(model.weight(name), b)[0] for name, b in bounds.items() if b > 0}
-        drop = evaluator.drop(weights)[0]
-        attempt = {"budget": budget, "bounds": bounds, "predicted_drop": plan.loss * n if plan else 0.0,
-                   "drop": drop}
+        m = evaluator.drop(decoded.weights(bounds))
+        attempt = {"bounds": dict(bounds), "predicted": _predicted(table, bounds, margin), "drop": m.drop,
+                   "risk": m.risk(margin), "size": _size(table, bounds)}
         attempts.append(attempt)
-        lossless = not weights
-        if drop <= allowed or max_size is not None or lossless:
-            dsz = container.pack_model(data, bounds, layers=layers)
-            top1_after = runtime.accuracy(container.load(dsz).tflite_bytes(), x, y, num_threads=num_threads)
-            measured = int(round(top1_before * n)) - int(round(top1_after * n))
-            attempt["measured_drop"] = measured
-            if measured <= allowed or max_size is not None or lossless:
-                break
-            drop = measured  # the interpreter disagrees with the fast path: trust the interpreter
-        # Tighten below what was predicted for the failed plan, by at least the overshoot.
-        predicted = int(round(plan.loss * n)) if plan else 0
-        budget = min(budget - 1, predicted - max(1, drop - allowed))
-        if budget < 0:
-            # Each chosen option costs nothing alone, yet together they do: forbid those bounds and
-            # larger ones (bound 0, lossless, always stays), and try again.
-            candidates = {name: [p for p in pts if p.bound < bounds[name] or p.bound == 0]
-                          for name, pts in candidates.items()}
-            budget = 0
+        lossless = not any(bounds.values())
+        if m.risk(margin) + slack > allowed and max_size is None and not lossless:
+            bounds = _tighten(evaluator, decoded, table, bounds, allowed - slack, m.risk(margin), margin)
+            continue
+        dsz = container.pack_model(data, bounds, layers=layers)
+        top1_after = runtime.accuracy(container.load(dsz).tflite_bytes(), x, y, num_threads=num_threads)
+        attempt["measured_drop"] = measured = int(round(top1_before * n)) - int(round(top1_after * n))
+        if measured <= allowed or max_size is not None or lossless:
+            break
+        slack = measured - m.drop
 
     return Result(
         dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n,
         top1_before=top1_before, top1_after=top1_after, max_loss=max_loss, allowed_drop=allowed,
         model_bytes=len(data), reference_top1=reference_top1, attempts=attempts, fast_evaluation=evaluator.fast,
     )
+
+
+class _Decoded:
+    """Each layer's weights as decoded at a bound, computed once."""
+
+    def __init__(self, model: TFLiteModel):
+        self.model, self.cache = model, {}
+
+    def weights(self, bounds: dict) -> dict:
+        out = {}
+        for name, bound in bounds.items():
+            if bound > 0:
+                if (name, bound) not in self.cache:
+                    self.cache[name, bound] = encode_weight(self.model.weight(name), bound)[0]
+                out[name] = self.cache[name, bound]
+        return out
+
+
+def _point(table: dict, name: str, bound: float) -> Point:
+    return next(p for p in table[name] if p.bound == bound)
+
+
+def _size(table: dict, bounds: dict) -> int:
+    return sum(_point(table, name, b).size for name, b in bounds.items())
+
+
+def _predicted(table: dict, bounds: dict, margin: float) -> float:
+    """The optimizer's view of a choice: the sum of the layers' expected losses (samples)."""
+    total = 0.0
+    for name, bound in bounds.items():
+        points = table[name]
+        total += max(0.0, expected_losses(points, margin)[points.index(_point(table, name, bound))])
+    return total
+
+
+def _tighten(evaluator: Evaluator, decoded: _Decoded, table: dict, bounds: dict, allowed: float, risk: float,
+             margin: float) -> dict:
+    """One greedy step down: move one layer to its next smaller measured bound.
+
+    Every layer's step is measured with all layers compressed together. If some step brings the
+    risk (drop plus noise margin) within `allowed`, the one giving the smallest total size wins;
+    otherwise the one that removes the most risk per added byte. Bound 0 (lossless) is the last step of every layer, so
+    repeated steps always end within budget.
+    """
+    trials = []
+    for name, bound in bounds.items():
+        smaller = [p.bound for p in table[name] if p.bound < bound]
+        if not smaller:
+            continue
+        trial = {**bounds, name: max(smaller)}
+        trial_risk = evaluator.drop(decoded.weights(trial)).risk(margin)
+        added = _size(table, trial) - _size(table, bounds)
+        trials.append((trial, trial_risk, added))
+    fitting = [t for t in trials if t[1] <= allowed]
+    if fitting:
+        return min(fitting, key=lambda t: t[2])[0]
+    return max(trials, key=lambda t: ((risk - t[1]) / max(1, t[2]), -t[2]))[0]
 
 
 def _layer_results(model: TFLiteModel, chosen: list, bounds: dict, table: dict, n: int) -> list[LayerResult]:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pydsz import container
-from pydsz.assess import Evaluator, assess_layer, compressible_layers, encode_weight
+from pydsz.assess import Evaluator, Measure, assess_layer, compressible_layers, encode_weight
 from pydsz.data import bundled, load_npz
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
@@ -44,7 +44,7 @@ def test_conv_layers_fall_back_to_the_interpreter_fc_layers_keep_the_tail(val):
     conv = encode_weight(model.weight("conv2"), 0.05)[0]
     slow = Evaluator(data, *val, names, use_tail=False)
     assert evaluator.drop({"conv2": conv}) == slow.drop({"conv2": conv})
-    assert evaluator.drop({}) == (0, evaluator.correct({}))
+    assert evaluator.drop({}) == Measure(0, evaluator.correct({}), 0, 0)
 
 
 def test_encode_weight_matches_what_the_container_stores():

@@ -111,3 +111,13 @@ def test_report_writes_json_and_png(result, tmp_path):
     assert [l["name"] for l in report["layers"]] == ["fc1", "fc2", "fc3"]
     assert paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "fc1" in layer_table(result) and "top-1" in totals_line(result)
+
+
+def test_expected_losses_are_monotone_and_keep_a_noise_margin():
+    points = [Point("fc1", b, 100, 90, 10, 0, drop, lost, gained) for b, drop, lost, gained in
+              [(0.0, 0, 0, 0), (0.01, 2, 3, 1), (0.02, -1, 4, 5), (0.04, 6, 8, 2)]]
+    at_face_value = pipeline.expected_losses(points, margin=0)
+    assert at_face_value == [0.0, 0.5, 0.5, 6.0]  # the dip at 0.02 is pooled with its neighbour
+    careful = pipeline.expected_losses(points, margin=1)
+    assert all(a <= b for a, b in zip(careful, careful[1:]))
+    assert careful[-1] == pytest.approx(6 + np.sqrt(10))
