@@ -87,3 +87,77 @@ def test_labels_beyond_the_outputs_are_an_input_error():
     x, y, layers = _task(n=1000)
     with pytest.raises(InputError, match="classes"):
         retrain(layers, {}, x, y + 10)
+
+
+# On the reference models: the conv trunk frozen, the FC tail pruned and retrained on its captured input.
+
+@pytest.fixture(scope="module")
+def fmnist():
+    from pydsz.data import bundled, fashion_mnist, load_npz
+
+    x, y = fashion_mnist("train")
+    xv, yv = load_npz(bundled("fmnist_val.npz"))
+    return (x[:3000], y[:3000]), (xv[:1000], yv[:1000])
+
+
+def _weights(data):
+    from pydsz.model import TFLiteModel
+
+    model = TFLiteModel(data)
+    return {l.name: np.array(model.weight(l)) for l in model.layers(("fc", "conv"))}
+
+
+def test_prune_model_reaches_the_asked_sparsity_and_holds_it(fmnist):
+    from pydsz.data import bundled
+    from pydsz.prune import prune_model
+
+    data = bundled("lenet300.tflite").read_bytes()
+    result = prune_model(data, *fmnist, {"fc1": 0.9, "fc2": 0.8}, epochs=1)
+    w = _weights(result.tflite)
+    assert 1 - density(w["fc1"]) == pytest.approx(0.9, abs=1e-4)
+    assert 1 - density(w["fc2"]) == pytest.approx(0.8, abs=1e-3)
+    assert density(w["fc3"]) > 0.99
+    assert result.pruned == ["fc1", "fc2"] and result.already_sparse == []
+    assert result.top1_after > result.top1_before - 0.05
+
+
+def test_already_sparse_layers_are_not_pruned_again(fmnist):
+    from pydsz.data import bundled
+    from pydsz.prune import prune_model
+
+    data = bundled("lenet300.tflite").read_bytes()
+    once = prune_model(data, *fmnist, {"fc1": 0.9, "fc2": 0.8, "fc3": 0.6}, epochs=1)
+    twice = prune_model(once.tflite, *fmnist, 0.95, epochs=1)
+    assert twice.already_sparse == ["fc1", "fc2", "fc3"] and twice.pruned == []
+    assert twice.tflite == once.tflite
+
+
+def test_lenet5_keeps_its_conv_trunk(fmnist):
+    from pydsz.data import bundled
+    from pydsz.prune import prune_model
+
+    data = bundled("lenet5.tflite").read_bytes()
+    result = prune_model(data, *fmnist, 0.9, epochs=0.5)
+    before, after = _weights(data), _weights(result.tflite)
+    assert np.array_equal(before["conv1"], after["conv1"]) and np.array_equal(before["conv2"], after["conv2"])
+    assert 1 - density(after["fc1"]) == pytest.approx(0.9, abs=1e-4)
+
+
+def test_auto_climbs_the_ladder(fmnist):
+    from pydsz.data import bundled
+    from pydsz.prune import AUTO_LADDER, prune_model
+
+    data = bundled("lenet300.tflite").read_bytes()
+    result = prune_model(data, *fmnist, "auto", epochs=0.5, auto_budget=0.01)
+    assert set(result.pruned) <= {"fc1", "fc2", "fc3"}
+    for name in result.pruned:
+        assert any(result.sparsity[name] == pytest.approx(s, abs=2e-3) for s in AUTO_LADDER)
+
+
+def test_a_tiny_training_set_is_an_input_error(fmnist):
+    from pydsz.data import bundled
+    from pydsz.prune import prune_model
+
+    (x, y), val = fmnist
+    with pytest.raises(InputError, match="too small"):
+        prune_model(bundled("lenet300.tflite").read_bytes(), (x[:20], y[:20]), val, 0.9)
