@@ -127,7 +127,7 @@ def cmd_compress(args) -> None:
     model = load_tflite(args.model)
     x, y = load_npz(args.data)
     result = compress(model, x, y, args.max_loss, target_ratio=args.target_ratio, layers=args.layers,
-                      progress=not args.quiet, num_threads=args.num_threads)
+                      margin=args.margin, progress=not args.quiet, num_threads=args.num_threads)
     write_atomic(args.output, result.dsz)
     if args.report:
         write_report(result, args.report)
@@ -144,6 +144,7 @@ def cmd_prune(args) -> None:
     model = load_tflite(args.model)
     train, val = load_npz(args.train), load_npz(args.data)
     result = prune_model(model, train, val, args.sparsity, epochs=args.epochs, auto_budget=args.auto_budget,
+                         distill=args.distill,
                          progress=not args.quiet, num_threads=args.num_threads)
     write_atomic(args.output, result.tflite)
     if not args.quiet:
@@ -180,6 +181,9 @@ def _add_pipeline_commands(sub) -> None:
                    help="instead: the best accuracy with the layers compressed by this ratio")
     p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
                    help="which layers' weights to compress (default: fc, as in DeepSZ)")
+    p.add_argument("--margin", type=float, default=1.0,
+                   help="standard deviations of validation noise kept in hand when choosing bounds "
+                   "(default 1; 0 trusts the measured drops as they are and overfits the validation set)")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
     p.add_argument("-o", "--output", required=True, help="output .dsz file")
     p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
@@ -195,6 +199,8 @@ def _add_pipeline_commands(sub) -> None:
     p.add_argument("--sparsity", type=_sparsity, required=True,
                    help="fraction pruned: 0.92 (every FC layer), fc1=0.92,fc2=0.91, or auto")
     p.add_argument("--epochs", type=float, default=8, help="retraining epochs (default 8)")
+    p.add_argument("--distill", type=float, default=0.5,
+                   help="share of the unpruned model's predictions in the training target (default 0.5; 0: labels only)")
     p.add_argument("--auto-budget", type=float, default=0.001,
                    help="validation top-1 loss `auto` may spend per layer step (default 0.001)")
     p.add_argument("-o", "--output", required=True, help="output .tflite file")

@@ -121,3 +121,60 @@ def test_expected_losses_are_monotone_and_keep_a_noise_margin():
     careful = pipeline.expected_losses(points, margin=1)
     assert all(a <= b for a, b in zip(careful, careful[1:]))
     assert careful[-1] == pytest.approx(6 + np.sqrt(10))
+
+
+# The command line: `dsz compress` and `dsz prune`, one-line errors and no partial output.
+
+def _dsz(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "pydsz.cli", *map(str, args)], capture_output=True, text=True)
+
+
+def _one_line_error(result, *words):
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dsz: error: "), result.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+@pytest.fixture(scope="module")
+def small_val(tmp_path_factory, val):
+    path = tmp_path_factory.mktemp("data") / "val.npz"
+    np.savez(path, x=val[0][:500], y=val[1][:500])
+    return path
+
+
+def test_cli_compress_writes_the_dsz_and_the_report(small_val, tmp_path):
+    out = tmp_path / "m.dsz"
+    result = _dsz("compress", bundled("lenet300.tflite"), "--data", small_val, "--max-loss", "0.004",
+                  "-o", out, "--report", tmp_path / "rep", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and out.read_bytes()[:4] == container.MAGIC
+    assert (tmp_path / "rep" / "report.json").exists() and (tmp_path / "rep" / "curves.png").exists()
+
+
+@pytest.mark.parametrize("arrays, words", [({"x": np.zeros((3, 28, 28), np.uint8)}, ["no array 'y'"]),
+                                           ({"x": np.zeros((3, 5, 5), np.uint8), "y": np.zeros(3, np.int64)}, []),
+                                           ({"x": np.zeros((3, 28, 28), np.uint8), "y": np.full(3, 12)}, ["labels"])])
+def test_cli_compress_bad_data_is_one_line_and_writes_nothing(tmp_path, arrays, words):
+    data = tmp_path / "bad.npz"
+    np.savez(data, **arrays)
+    out = tmp_path / "m.dsz"
+    _one_line_error(_dsz("compress", bundled("lenet300.tflite"), "--data", data, "-o", out), *words)
+    assert not out.exists() and list(tmp_path.iterdir()) == [data]
+
+
+def test_cli_compress_bad_max_loss(small_val, tmp_path):
+    _one_line_error(_dsz("compress", bundled("lenet300.tflite"), "--data", small_val, "--max-loss", "1",
+                         "-o", tmp_path / "m.dsz"), "max-loss")
+    assert not (tmp_path / "m.dsz").exists()
+
+
+def test_cli_prune_with_a_tiny_training_set(small_val, tmp_path):
+    train = tmp_path / "train.npz"
+    np.savez(train, x=np.zeros((10, 28, 28), np.uint8), y=np.zeros(10, np.int64))
+    _one_line_error(_dsz("prune", bundled("lenet300.tflite"), "--train", train, "--data", small_val,
+                         "--sparsity", "0.9", "-o", tmp_path / "p.tflite"), "too small")
+    assert not (tmp_path / "p.tflite").exists()
