@@ -17,6 +17,8 @@ import platform
 import sys
 import time
 
+# The retraining multiplies small matrices: on a shared 2-core machine BLAS threads only spin.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
 from pydsz.pipeline import REFERENCE, reference_run, reference_table  # noqa: E402

@@ -145,10 +145,6 @@ class Evaluator:
         return np.argmax(scores, axis=1) == self.y
 
 
-def _name(layer) -> str:
-    return layer if isinstance(layer, str) else layer.name
-
-
 def compressible_layers(model: TFLiteModel, layers: str = "fc") -> list:
     """The compressible layers of the chosen kinds ("fc", "conv", "all"); InputError if none."""
     if layers not in KINDS:

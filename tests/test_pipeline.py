@@ -178,3 +178,13 @@ def test_cli_prune_with_a_tiny_training_set(small_val, tmp_path):
     _one_line_error(_dsz("prune", bundled("lenet300.tflite"), "--train", train, "--data", small_val,
                          "--sparsity", "0.9", "-o", tmp_path / "p.tflite"), "too small")
     assert not (tmp_path / "p.tflite").exists()
+
+
+@pytest.mark.slow
+def test_demo_run_prunes_and_compresses_within_the_budget_on_validation():
+    row = pipeline.reference_run("lenet300", max_loss=0.003)
+    s = row["summary"]
+    assert s["val_top1"]["original"] - s["val_top1"]["compressed"] <= 0.003 + 1e-12
+    assert s["sparsity"]["fc1"] == pytest.approx(0.94, abs=1e-3)
+    assert s["ratio"] > 40
+    assert "LeNet-300-100 pydsz" in pipeline.reference_table([row])
