@@ -55,6 +55,7 @@ class Result:
     allowed_drop: int  # samples the compression may cost (after any reference adjustment)
     model_bytes: int
     reference_top1: Optional[float] = None  # what the loss budget was counted from, if not top1_before
+    margin: float = 1.0  # noise margin of the decisions (standard deviations)
     attempts: list[dict] = field(default_factory=list)  # one per verification round
     fast_evaluation: bool = True
 
@@ -185,7 +186,7 @@ def compress(
     return Result(
         dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n,
         top1_before=top1_before, top1_after=top1_after, max_loss=max_loss, allowed_drop=allowed,
-        model_bytes=len(data), reference_top1=reference_top1, attempts=attempts, fast_evaluation=evaluator.fast,
+        model_bytes=len(data), reference_top1=reference_top1, margin=margin, attempts=attempts, fast_evaluation=evaluator.fast,
     )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from pydsz.container import write_atomic
-from pydsz.pipeline import Result
+from pydsz.pipeline import Result, expected_losses
 from pydsz.tables import format_table
 
 
@@ -26,7 +26,8 @@ def to_dict(result: Result, extra: Optional[dict] = None) -> dict:
             "file_ratio": result.file_ratio, "top1_before": result.top1_before,
             "top1_after": result.top1_after, "measured_loss": result.loss, "max_loss": result.max_loss,
             "allowed_drop_samples": result.allowed_drop, "samples": result.samples,
-            "reference_top1": result.reference_top1, "fast_evaluation": result.fast_evaluation,
+            "reference_top1": result.reference_top1, "margin": result.margin,
+            "fast_evaluation": result.fast_evaluation,
         },
         "verification": result.attempts,
         "curves": {name: [p.as_dict() for p in points] for name, points in result.curves.items()},
@@ -68,7 +69,10 @@ def plot_curves(result: Result, path) -> None:
     for ax, name in zip(axes[0], names):
         points = [p for p in result.curves[name] if p.bound > 0]
         ax.plot([p.bound for p in points], [100 * p.drop / result.samples for p in points], "o-", ms=3,
-                label="alone")
+                label="measured, alone")
+        expected = expected_losses(result.curves[name], result.margin)[-len(points):] if points else []
+        ax.plot([p.bound for p in points], [100 * e / result.samples for e in expected], "-", lw=1, color="orange",
+                label=f"as optimized (+{result.margin:g} sd, monotone)")
         pick = next((p for p in points if p.bound == chosen.get(name)), None)
         if pick is not None:
             ax.plot([pick.bound], [100 * pick.drop / result.samples], "r*", ms=12, label=f"chosen {pick.bound:.3g}")
