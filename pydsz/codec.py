@@ -200,7 +200,10 @@ def decompress_array(buf: Any) -> np.ndarray:
     info, u8 = _open_frame(buf, _core.KIND_ARRAY, "array stream")
     hs = info["header_size"]
     data = _inflate(info["data_lossless"], u8[hs:hs + info["data_stored"]], info["data_raw"], "array stream")
-    out = np.empty(info["n_elements"], dtype=np.float32)
+    try:
+        out = np.empty(info["n_elements"], dtype=np.float32)
+    except MemoryError:
+        raise DszError(f"array stream: no memory for {info['n_elements']} float32 values") from None
     try:
         _core.decompress_array(info, data, out)
     except _core.CoreError as e:

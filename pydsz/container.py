@@ -239,10 +239,17 @@ class DszModel:
         """The decoded .tflite model (cached after the first call)."""
         if self._tflite is None:
             try:
+                # the frame's own size field must agree before anything that size is allocated
+                declared = zstandard.frame_content_size(self._rest)
+                if declared != self._model_bytes:
+                    raise FormatError(f"the model's lossless section declares {declared} bytes, "
+                                      f"the header {self._model_bytes}")
                 out = bytearray(zstandard.ZstdDecompressor().decompress(
                     self._rest, max_output_size=self._model_bytes))
             except zstandard.ZstdError as exc:
                 raise FormatError(f"the model's lossless section does not decompress: {exc}") from None
+            except MemoryError:
+                raise DszError(f"not enough memory to decode a model of {self._model_bytes} bytes") from None
             if len(out) != self._model_bytes:
                 raise FormatError(f"the model's lossless section holds {len(out)} bytes, "
                                   f"the header declares {self._model_bytes}")
