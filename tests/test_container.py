@@ -1,4 +1,5 @@
 """The .dsz container on the real reference models: bounds, lossless identity, corruption refused."""
+import os
 import struct
 import zlib
 
@@ -177,3 +178,6 @@ def test_write_model_from_paths(tmp_path):
     assert out.read_bytes()[:4] == b"DSZM"
     assert pydsz.load(out).tflite_bytes() == m.tflite_bytes()
     assert [p.name for p in tmp_path.iterdir()] == ["m.dsz"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
