@@ -157,9 +157,14 @@ def cmd_prune(args) -> None:
 
 def cmd_demo(args) -> None:
     from .container import write_atomic
-    from .pipeline import reference_run, reference_table
+    from .pipeline import REFERENCE, reference_run, reference_table
     from .report import layer_table, write_report
 
+    if not args.quiet:
+        spec = REFERENCE[args.model]
+        print(f"{spec['title']}: prune " + ", ".join(f"{k}={v}" for k, v in spec["sparsity"].items())
+              + f" ({spec['epochs']} epochs on Fashion-MNIST's first 55,000 training images), then compress "
+              f"within {100 * args.max_loss:g} points of top-1 on the validation split", flush=True)
     row = reference_run(args.model, max_loss=args.max_loss, progress=not args.quiet)
     if args.output:
         write_atomic(args.output, row["result"].dsz)

@@ -334,8 +334,9 @@ def prune_model(
     for l in layers:
         l.train_bias = model.layer(l.name).bias is not None and model.tensors[model.layer(l.name).bias].buffer in storable
     already = [l.name for l in layers if 1 - density(l.weight) >= ALREADY_SPARSE]
-    todo = [l.name for l in layers if l.name not in already and l.name in {f.name for f in fcs}]
-    targets = _targets(todo, sparsity)
+    prunable = [l.name for l in layers if l.name in {f.name for f in fcs}]
+    todo = [name for name in prunable if name not in already]
+    targets = _targets(prunable, sparsity)
     if isinstance(targets, dict):
         targets = {k: v for k, v in targets.items() if k not in already}
     if not todo or not targets:
