@@ -118,6 +118,7 @@ def retrain(
     ramp: float = 0.5,
     teacher: Optional[Sequence[Dense]] = None,
     distill: float = 0.5,
+    average: float = 0.25,
 ) -> list[Dense]:
     """Retrain the tail on cached inputs `h` with labels `y`; masked weights stay exactly zero.
 
@@ -128,7 +129,8 @@ def retrain(
     magnitude on a cubic schedule over the first `ramp` of the steps (Zhu & Gupta 2017), which
     loses far less accuracy than pruning at once and retraining afterwards.
     `teacher` (e.g. the unpruned layers) adds knowledge distillation: the target is the labels'
-    one-hot mixed with the teacher's softmax, `distill` being the teacher's share.
+    one-hot mixed with the teacher's softmax, `distill` being the teacher's share. The result is
+    the mean of the weights over the last `average` of the steps (after the masks are final).
     """
     from tqdm import tqdm
 
@@ -154,6 +156,8 @@ def retrain(
     steps_per_epoch = max(1, len(h) // batch_size)
     total = max(1, int(round(epochs * steps_per_epoch)))
     ramp_steps = int(ramp * total) if targets else 0
+    average_from = max(ramp_steps, total - max(1, int(average * total)))
+    averaged = [replace(p, weight=np.zeros_like(p.weight), bias=np.zeros_like(p.bias)) for p in params]
     prune_every = max(1, steps_per_epoch // 8)
     opt = _Adam(lr)
     bar = tqdm(total=total, desc="retrain", unit="step", disable=not progress, leave=False)
@@ -184,8 +188,16 @@ def retrain(
                 opt.step(p.name + ".b", p.bias, gb, step_lr)
             if m is not None:
                 p.weight *= m  # Adam's momentum must not revive a pruned weight.
+        if step >= average_from:
+            # Averaging the last steps' weights settles the noise of the final mini-batches: the
+            # result is flatter and depends less on float rounding (e.g. the BLAS thread count).
+            k = step - average_from + 1
+            for a, p in zip(averaged, params):
+                a.weight += (p.weight - a.weight) / k
+                a.bias += (p.bias - a.bias) / k
         bar.update()
     bar.close()
+    params = averaged
     params[0].weight /= scale
     if keep[0] is not None:
         params[0].weight *= keep[0]
