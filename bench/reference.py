@@ -57,7 +57,8 @@ def main() -> int:
         _, paper_ratio, before, after = PAPER[name]
         checks.append([s["model"], f"{s['ratio']:.1f}x", f"{paper_ratio}x (MNIST)", f"{100 * loss:+.2f}",
                        f"{before - after:+.2f} (MNIST)",
-                       "PASS" if s["ratio"] >= TARGET_RATIO and loss <= args.max_loss else "FAIL",
+                       # the tolerance absorbs float noise (0.9145 - 0.9115 > 0.003 in binary)
+                       "PASS" if s["ratio"] >= TARGET_RATIO and loss <= args.max_loss + 1e-9 else "FAIL",
                        f"{s['seconds']['total']:.0f}"])
     print("\n" + format_table(["network", "ratio", "DeepSZ", "test loss (points)", "DeepSZ loss",
                                f">= {TARGET_RATIO:g}x and loss <= {100 * args.max_loss:g}", "seconds"], checks))
