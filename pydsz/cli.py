@@ -217,7 +217,9 @@ def _add_pipeline_commands(sub) -> None:
                        description="The main job on a bundled model: prune (training images from Debian's "
                        "dataset-fashion-mnist), compress within --max-loss on the validation split, report "
                        "top-1 on the test split.")
-    p.add_argument("--model", choices=["lenet300", "lenet5"], default="lenet300", help="bundled model")
+    # LeNet-5 by default: its result stays within the target from run to run, while LeNet-300-100's
+    # pruning loss on the validation split swings by about 0.3 points with float rounding (BLAS threads)
+    p.add_argument("--model", choices=["lenet5", "lenet300"], default="lenet5", help="bundled model (default lenet5)")
     p.add_argument("--max-loss", type=float, default=0.003, help="top-1 loss budget (default 0.003)")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
     p.add_argument("-o", "--output", help="also write the .dsz there")
