@@ -2,11 +2,18 @@
 #ifndef DSZ_COMMON_H
 #define DSZ_COMMON_H
 
+#include <float.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "dsz.h"
+
+/* The encoder checks each reconstruction against the bound and the decoder must rebuild the same
+ * float bit for bit: float expressions may not be evaluated in wider precision (x87). */
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
+#error "libdsz needs FLT_EVAL_METHOD == 0 (SSE2 or NEON float arithmetic); on 32-bit x86 build with -msse2 -mfpmath=sse"
+#endif
 
 /* error codes are the last values of size_t, like zstd's */
 #define DSZ_ERROR(name) ((size_t) - (ptrdiff_t)(DSZ_error_##name))
