@@ -16,6 +16,7 @@ from pydsz.data import (
     split_validation,
 )
 from pydsz.errors import InputError
+from pydsz.runtime import interpreter_class
 
 # these run a TFLite interpreter: CI runs them again under tflite-runtime
 pytestmark = pytest.mark.runtime
@@ -199,14 +200,13 @@ def test_load_npz_directory(tmp_path):
     assert str(tmp_path) in str(info.value)
 
 
-# --- bundled models in the real LiteRT interpreter -----------------------------------------------
+# --- bundled models in the real interpreter (LiteRT; tflite-runtime in CI's second run) ----------
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_bundled_model_accuracy_in_litert(name):
-    interpreter_module = pytest.importorskip("ai_edge_litert.interpreter")
+def test_bundled_model_accuracy_in_the_interpreter(name):
     x, y = load_npz(bundled("fmnist_test.npz"))
-    interp = interpreter_module.Interpreter(model_path=str(bundled(name)))
+    interp = interpreter_class()(model_path=str(bundled(name)))
     inp = interp.get_input_details()[0]
     assert inp["shape_signature"][0] == -1, "batch dimension must be dynamic"
     shape = [len(x), *inp["shape"][1:]]
@@ -220,12 +220,11 @@ def test_bundled_model_accuracy_in_litert(name):
 
 
 def test_bundled_out_of_line_model_matches_inline():
-    interpreter_module = pytest.importorskip("ai_edge_litert.interpreter")
     x, _ = load_npz(bundled("fmnist_val.npz"))
     x = x[:500].reshape(500, 784).astype(np.float32)
     outputs = []
     for name in ("lenet300.tflite", "lenet300_ool.tflite"):
-        interp = interpreter_module.Interpreter(model_content=bundled(name).read_bytes())
+        interp = interpreter_class()(model_content=bundled(name).read_bytes())
         inp = interp.get_input_details()[0]
         interp.resize_tensor_input(inp["index"], x.shape)
         interp.allocate_tensors()
