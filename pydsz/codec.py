@@ -195,20 +195,34 @@ def compress_array(x: Any, error_bound: float, mode: str = "abs", *, predictor: 
     return _core.write_header(info) + stored
 
 
-def decompress_array(buf: Any) -> np.ndarray:
-    """Decode a compress_array stream (any bytes-like object) into a float32 array of its shape."""
+def _output(out: Any, n: int, what: str) -> np.ndarray:
+    """A caller's output array checked to hold exactly n float32 values in C order, flat."""
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
+            or not out.flags.writeable or not out.flags.aligned:
+        raise ValueError(f"{what}: out must be a writeable, aligned, C-contiguous float32 numpy array")
+    if out.size != n:
+        raise ValueError(f"{what}: out holds {out.size} values, the stream decodes to {n}")
+    return out.reshape(-1)
+
+
+def decompress_array(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """Decode a compress_array stream (any bytes-like object) into a float32 array of its shape,
+    or into `out` (a float32 array of as many values, C order) without allocating one."""
     info, u8 = _open_frame(buf, _core.KIND_ARRAY, "array stream")
     hs = info["header_size"]
     data = _inflate(info["data_lossless"], u8[hs:hs + info["data_stored"]], info["data_raw"], "array stream")
+    if out is not None:
+        flat = _output(out, info["n_elements"], "decompress_array")
+    else:
+        try:
+            flat = np.empty(info["n_elements"], dtype=np.float32)
+        except MemoryError:
+            raise DszError(f"array stream: no memory for {info['n_elements']} float32 values") from None
     try:
-        out = np.empty(info["n_elements"], dtype=np.float32)
-    except MemoryError:
-        raise DszError(f"array stream: no memory for {info['n_elements']} float32 values") from None
-    try:
-        _core.decompress_array(info, data, out)
+        _core.decompress_array(info, data, flat)
     except _core.CoreError as e:
         raise FormatError(f"array stream: data section: {e.name}") from None
-    return out.reshape(info["shape"])
+    return flat.reshape(info["shape"])
 
 
 # ---- sparse matrices ----
@@ -258,22 +272,27 @@ def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: st
     return _core.write_header(info) + data_bytes + index_bytes
 
 
-def decode_sparse(buf: Any) -> np.ndarray:
-    """Rebuild the dense float32 matrix of an encode_sparse stream (any bytes-like object)."""
+def decode_sparse(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """Rebuild the dense float32 matrix of an encode_sparse stream (any bytes-like object),
+    or write it into `out` (a float32 array of rows*cols values, C order), which is zeroed first."""
     info, u8 = _open_frame(buf, _core.KIND_SPARSE, "sparse stream")
     hs, ds = info["header_size"], info["data_stored"]
     data = _inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "sparse stream: data section")
     index = _inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "sparse stream: index section")
     rows, cols = info["shape"]
+    if out is not None:
+        flat = _output(out, info["n_elements"], "decode_sparse")
+        flat.fill(0)  # the decoder writes the non-zeros only
+    else:
+        try:
+            flat = np.zeros(info["n_elements"], dtype=np.float32)
+        except MemoryError:
+            raise DszError(f"sparse stream: no memory for the dense {rows}x{cols} float32 output") from None
     try:
-        out = np.zeros(info["n_elements"], dtype=np.float32)
-    except MemoryError:
-        raise DszError(f"sparse stream: no memory for the dense {rows}x{cols} float32 output") from None
-    try:
-        _core.decode_sparse(info, data, index, out)
+        _core.decode_sparse(info, data, index, flat)
     except _core.CoreError as e:
         raise FormatError(f"sparse stream ({rows}x{cols}, nnz {info['nnz']}): {e.name}") from None
-    return out.reshape(rows, cols)
+    return flat.reshape(rows, cols)
 
 
 def sparse_info(buf: Any) -> dict:

@@ -214,12 +214,13 @@ def _parse(buf) -> tuple[int, memoryview, list[TensorEntry]]:
     return model_bytes, rest, entries
 
 
-def _decode_tensor(e: TensorEntry) -> np.ndarray:
+def _decode_tensor(e: TensorEntry, out: np.ndarray | None = None) -> np.ndarray:
+    """Decode one tensor's stream, into `out` (float32, e.shape) when given."""
+    decode = codec.decode_sparse if e.representation == "sparse" else codec.decompress_array
     try:
-        if e.representation == "sparse":
-            w = codec.decode_sparse(e.stream)
-        else:
-            w = codec.decompress_array(e.stream)
+        w = decode(e.stream, out=out)
+    except ValueError as exc:  # `out` does not match what the stream declares
+        raise FormatError(f"tensor {e.name}: {exc}; the table says float32 {e.shape}") from None
     except DszError as exc:
         raise FormatError(f"tensor {e.name}: {exc}") from None
     if w.size * 4 != e.nbytes or w.dtype != np.float32:
@@ -254,7 +255,12 @@ class DszModel:
                 raise FormatError(f"the model's lossless section holds {len(out)} bytes, "
                                   f"the header declares {self._model_bytes}")
             for e in self.entries:
-                out[e.offset:e.offset + e.nbytes] = _decode_tensor(e).astype("<f4", copy=False).tobytes()
+                place = np.frombuffer(out, dtype="<f4", count=e.nbytes // 4, offset=e.offset)
+                if place.flags.aligned and place.dtype == np.float32:
+                    # decoded straight into the model's bytes: no dense temporary, no copies
+                    _decode_tensor(e, out=place.reshape(e.shape))
+                else:
+                    out[e.offset:e.offset + e.nbytes] = _decode_tensor(e).astype("<f4").tobytes()
             self._tflite = bytes(out)
         return self._tflite
 

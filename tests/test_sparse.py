@@ -156,3 +156,30 @@ def test_frozen_fixtures_decode_bit_exactly(name):
     expected = np.load(FIXTURES / f"{name}.npy")
     assert y.shape == expected.shape
     assert np.array_equal(y.view(np.uint32), expected.view(np.uint32))
+
+
+def test_decode_into_a_caller_array_matches_and_clears_it():
+    rng = np.random.default_rng(3)
+    w = rng.laplace(0, 0.05, (40, 70)).astype(np.float32)
+    w[np.abs(w) < 0.08] = 0
+    buf = codec.encode_sparse(w, 1e-3)
+    out = np.full((40, 70), 7.0, np.float32)  # stale values must not survive
+    got = codec.decode_sparse(buf, out=out)
+    assert np.shares_memory(got, out)
+    assert np.array_equal(out, codec.decode_sparse(buf))
+
+
+@pytest.mark.parametrize("out", [np.zeros((40, 69), np.float32), np.zeros((40, 70), np.float64),
+                                 np.zeros((70, 40), np.float32).T, [0.0] * 2800])
+def test_decode_into_an_unfit_array_is_refused(out):
+    buf = codec.encode_sparse(np.eye(40, 70, dtype=np.float32), 1e-3)
+    with pytest.raises(ValueError, match="out"):
+        codec.decode_sparse(buf, out=out)
+
+
+def test_decompress_array_into_a_caller_array():
+    x = np.linspace(-1, 1, 600, dtype=np.float32).reshape(20, 30)
+    buf = codec.compress_array(x, 1e-3)
+    out = np.empty(600, np.float32)
+    codec.decompress_array(buf, out=out)
+    assert np.array_equal(out.reshape(20, 30), codec.decompress_array(buf))
