@@ -3,6 +3,8 @@
 
 Lossless wrapping of sections, argument checking and numpy layout handling live in codec.py.
 """
+from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
@@ -231,3 +233,35 @@ def decode_sparse(dict info, const uint8_t[::1] data, const uint8_t[::1] index, 
     with nogil:
         r = dsz_decodeSparse(dst, cap, &f, dp, ds, ip, isz)
     check(r, "sparse sections")
+
+
+cdef class BytesWriter:
+    """A new bytes object of n bytes, writable through the buffer protocol until it is taken.
+
+    Decoding a model writes hundreds of megabytes that TFLite then wants as `bytes`; filling a
+    fresh bytes object in place (as CPython's own constructors do before an object is shared)
+    saves a copy of the whole model. Its initial contents are undefined: the caller fills every byte.
+    """
+    cdef bytes data
+    cdef Py_ssize_t exports
+
+    def __cinit__(self, Py_ssize_t n):
+        if n < 0:
+            raise ValueError("size must be >= 0")
+        self.data = PyBytes_FromStringAndSize(NULL, n)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        if self.data is None:
+            raise ValueError("the bytes were taken")
+        PyBuffer_FillInfo(view, self, PyBytes_AS_STRING(self.data), len(self.data), 0, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self.exports -= 1
+
+    def take(self):
+        """The filled bytes object; every view of the writer must have been released."""
+        if self.exports:
+            raise ValueError("views of the bytes are still held")
+        data, self.data = self.data, None
+        return data

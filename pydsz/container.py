@@ -19,7 +19,7 @@ from typing import Mapping, Union
 import numpy as np
 import zstandard
 
-from . import codec
+from . import _core, codec
 from .errors import DszError, FormatError, InputError
 
 MAGIC = b"DSZM"
@@ -237,32 +237,48 @@ class DszModel:
         self._tflite = None
 
     def tflite_bytes(self) -> bytes:
-        """The decoded .tflite model (cached after the first call)."""
+        """The decoded .tflite model (cached after the first call).
+
+        The rest of the model is inflated, and every tensor decoded, straight into the bytes object
+        that is returned: no copy of the model is made on the way.
+        """
         if self._tflite is None:
             try:
-                # the frame's own size field must agree before anything that size is allocated
-                declared = zstandard.frame_content_size(self._rest)
-                if declared != self._model_bytes:
-                    raise FormatError(f"the model's lossless section declares {declared} bytes, "
-                                      f"the header {self._model_bytes}")
-                out = bytearray(zstandard.ZstdDecompressor().decompress(
-                    self._rest, max_output_size=self._model_bytes))
-            except zstandard.ZstdError as exc:
-                raise FormatError(f"the model's lossless section does not decompress: {exc}") from None
+                writer = _core.BytesWriter(self._model_bytes)
             except MemoryError:
                 raise DszError(f"not enough memory to decode a model of {self._model_bytes} bytes") from None
-            if len(out) != self._model_bytes:
-                raise FormatError(f"the model's lossless section holds {len(out)} bytes, "
-                                  f"the header declares {self._model_bytes}")
-            for e in self.entries:
-                place = np.frombuffer(out, dtype="<f4", count=e.nbytes // 4, offset=e.offset)
-                if place.flags.aligned and place.dtype == np.float32:
-                    # decoded straight into the model's bytes: no dense temporary, no copies
-                    _decode_tensor(e, out=place.reshape(e.shape))
-                else:
-                    out[e.offset:e.offset + e.nbytes] = _decode_tensor(e).astype("<f4").tobytes()
-            self._tflite = bytes(out)
+            self._fill(np.frombuffer(writer, dtype=np.uint8))
+            self._tflite = writer.take()
         return self._tflite
+
+    def _fill(self, out: np.ndarray) -> None:
+        n = self._model_bytes
+        try:
+            # the frame's own size field must agree before anything is inflated
+            declared = zstandard.frame_content_size(self._rest)
+            if declared != n:
+                raise FormatError(f"the model's lossless section declares {declared} bytes, the header {n}")
+            got = 0
+            with zstandard.ZstdDecompressor().stream_reader(self._rest) as reader:
+                view = memoryview(out)
+                while got < n:
+                    step = reader.readinto(view[got:])
+                    if not step:
+                        break
+                    got += step
+                view.release()
+                excess = reader.read(1)
+        except zstandard.ZstdError as exc:
+            raise FormatError(f"the model's lossless section does not decompress: {exc}") from None
+        if got != n or excess:
+            raise FormatError(f"the model's lossless section holds {'more than ' if excess else ''}"
+                              f"{got} bytes, the header declares {n}")
+        for e in self.entries:
+            place = out[e.offset:e.offset + e.nbytes].view("<f4")
+            if place.flags.aligned and place.dtype == np.float32:
+                _decode_tensor(e, out=place.reshape(e.shape))
+            else:
+                place[:] = _decode_tensor(e).reshape(-1)
 
     def weights(self) -> dict[str, np.ndarray]:
         """Decoded weight tensors by layer name (a shared buffer appears under each of its layers)."""

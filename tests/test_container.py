@@ -181,3 +181,23 @@ def test_write_model_from_paths(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_decoded_model_is_a_bytes_object_filled_in_place():
+    m = pydsz.load(pydsz.pack_model(_model_bytes("lenet300.tflite"), 0.01))
+    decoded = m.tflite_bytes()
+    assert type(decoded) is bytes and m.tflite_bytes() is decoded
+
+
+def test_bytes_writer_is_not_taken_while_viewed():
+    from pydsz import _core
+
+    writer = _core.BytesWriter(8)
+    view = np.frombuffer(writer, np.uint8)
+    view[:] = 3
+    with pytest.raises(ValueError, match="views"):
+        writer.take()
+    del view
+    assert writer.take() == b"\x03" * 8
+    with pytest.raises(ValueError, match="taken"):
+        np.frombuffer(writer, np.uint8)
