@@ -51,12 +51,15 @@ def _print_info(info: dict) -> None:
 
 
 def cmd_pack(args) -> None:
-    from .container import DszModel, pack_model, read_file, write_atomic
+    from .container import DszModel, kept_lossless, pack_model, read_file, write_atomic
 
-    packed = pack_model(read_file(args.model), args.error_bound, layers=args.layers)
+    model = read_file(args.model)
+    packed = pack_model(model, args.error_bound, layers=args.layers)
     write_atomic(args.output, packed)
     if not args.quiet:
         _print_info(DszModel(packed).info())
+        for name, reason in kept_lossless(model, layers=args.layers).items():
+            print(f"kept lossless: {name}: {reason}")
         print(f"wrote {args.output} ({len(packed)} bytes)")
 
 

@@ -66,9 +66,13 @@ def _encode_tensor(w: np.ndarray, bound: float) -> tuple[str, bytes]:
 
 
 def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
-    """Bound per layer name; 0 (or absent from a mapping) keeps a layer lossless."""
-    names = [layer.name for layer in layers]
+    """Bound per compressible layer name; 0 (or absent from a mapping) keeps a layer lossless."""
+    names = [layer.name for layer in layers if layer.compressible]
     if isinstance(error_bounds, Mapping):
+        reasons = {layer.name: layer.skip_reason for layer in layers if not layer.compressible}
+        for name in error_bounds:
+            if name in reasons:
+                raise InputError(f"layer {name} cannot be compressed: {reasons[name]}")
         unknown = sorted(set(error_bounds) - set(names))
         if unknown:
             raise InputError(
@@ -83,22 +87,36 @@ def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
     return bounds
 
 
+def _layers(model, layers: str) -> list:
+    kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}.get(layers)
+    if kinds is None:
+        raise InputError(f"layers must be fc, conv or all, not {layers!r}")
+    return model.layers(kinds=kinds)
+
+
+def kept_lossless(tflite_bytes: bytes, layers: str = "fc") -> dict[str, str]:
+    """The chosen kind's layers whose weights cannot be compressed (int8, float16, ...), with why."""
+    from .model import TFLiteModel
+
+    return {layer.name: layer.skip_reason for layer in _layers(TFLiteModel(bytes(tflite_bytes)), layers)
+            if not layer.compressible}
+
+
 def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") -> bytes:
     """Compress a .tflite model into .dsz bytes.
 
     error_bounds: one absolute bound for every compressible weight tensor of the chosen layers, or a
     mapping from layer name (fc1, fc2, conv1, ...) to bound; a bound of 0 keeps a layer lossless.
-    layers: "fc", "conv" or "all".
+    layers: "fc", "conv" or "all". Weights that cannot be compressed (quantized, float16, computed
+    at run time) stay in the lossless rest of the model; kept_lossless() says which and why.
     """
     from .model import TFLiteModel  # the flatbuffer reader is only needed to encode
 
-    kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}.get(layers)
-    if kinds is None:
-        raise InputError(f"layers must be fc, conv or all, not {layers!r}")
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
-    compressible = [layer for layer in model.layers(kinds=kinds) if layer.compressible]
-    bounds = _resolve_bounds(compressible, error_bounds)
+    found = _layers(model, layers)
+    compressible = [layer for layer in found if layer.compressible]
+    bounds = _resolve_bounds(found, error_bounds)
 
     # a buffer shared by several ops is compressed once, under the tightest bound asked of it
     by_buffer: dict[int, list] = {}

@@ -123,3 +123,31 @@ def test_eval_bad_data(packed, tmp_path):
     labels = tmp_path / "labels.npz"
     np.savez(labels, x=np.zeros((3, 784), np.uint8), y=np.array([0, 1, 10]))
     assert_user_error(dsz("eval", packed, "--data", labels), "label")
+
+
+def _int8_and_float_model(path):
+    import tflite
+    from test_model import build_tflite
+
+    rng = np.random.default_rng(0)
+    path.write_bytes(build_tflite(
+        tensors=[{"shape": [1, 8]},
+                 {"shape": [4, 8], "type": tflite.TensorType.INT8, "scale": 0.1,
+                  "data": np.arange(32, dtype=np.int8).tobytes()},
+                 {"shape": [1, 4]},
+                 {"shape": [3, 4], "data": rng.standard_normal((3, 4)).astype(np.float32).tobytes()},
+                 {"shape": [1, 3]}],
+        ops=[("FULLY_CONNECTED", [0, 1, -1], [2]), ("FULLY_CONNECTED", [2, 3, -1], [4])],
+        inputs=[0], outputs=[4]))
+    return path
+
+
+def test_pack_says_which_layers_stay_lossless(tmp_path):
+    model = _int8_and_float_model(tmp_path / "q.tflite")
+    result = dsz("pack", model, "-e", "0.01", "-o", tmp_path / "q.dsz")
+    assert result.returncode == 0, result.stderr
+    assert "kept lossless: fc1:" in result.stdout and "INT8" in result.stdout
+    info = json.loads(dsz("info", tmp_path / "q.dsz", "--json").stdout)
+    assert [t["name"] for t in info["tensors"]] == ["fc2"]
+    assert_user_error(dsz("pack", model, "-e", "fc1=0.01", "-o", tmp_path / "r.dsz"), "fc1", "cannot be compressed")
+    assert not (tmp_path / "r.dsz").exists()
