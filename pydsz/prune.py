@@ -293,24 +293,42 @@ def _masks(layers: Sequence[Dense], targets: Mapping[str, float]) -> dict[str, n
 
 def auto_sparsity(
     layers: list[Dense], h: np.ndarray, y: np.ndarray, h_val: np.ndarray, y_val: np.ndarray,
-    names: Sequence[str], budget: float, epochs: float = 0.5, seed: int = 0, progress: bool = False,
+    names: Sequence[str], budget: float, epochs: float = 1, seed: int = 0, progress: bool = False,
+    teacher: Optional[Sequence[Dense]] = None, distill: float = 0.5,
 ) -> tuple[dict[str, float], list[Dense]]:
-    """Per layer in turn, climb AUTO_LADDER with short retraining while the validation loss stays
-    within `budget` (accuracy) of the start; keep the last good sparsity and weights."""
+    """Per layer in turn, the highest sparsity of AUTO_LADDER whose validation loss stays within
+    `budget` (accuracy); returns the sparsities and the layers retrained at them.
+
+    Each trial retrains briefly, pruning gradually and distilling from `teacher` as the final
+    retraining does. A brief retraining moves a converged model by itself, so a trial is compared
+    with the same brief retraining at the sparsities already chosen, not with the model as it came.
+    The ladder is searched by bisection (the loss grows with the sparsity): a few trials per layer.
+    """
     from tqdm import tqdm
 
-    start = count_correct(layers, h_val, y_val)
     allowed = int(budget * len(y_val) + 1e-6)
     chosen: dict[str, float] = {}
-    with tqdm(total=len(names) * len(AUTO_LADDER), desc="auto sparsity", disable=not progress, leave=False) as bar:
+
+    def trial(targets):
+        return retrain(layers, _masks(layers, {}), h, y, epochs=epochs, seed=seed, targets=targets or None,
+                       teacher=teacher, distill=distill)
+
+    steps = int(np.ceil(np.log2(len(AUTO_LADDER) + 1))) + 1
+    with tqdm(total=len(names) * steps, desc="auto sparsity", disable=not progress, leave=False) as bar:
         for name in names:
-            for tried, s in enumerate(AUTO_LADDER, 1):
-                trial = retrain(layers, _masks(layers, {**chosen, name: s}), h, y, epochs=epochs, seed=seed)
+            reference = count_correct(trial(chosen), h_val, y_val)
+            bar.update()
+            lo, hi, best = 0, len(AUTO_LADDER), None  # AUTO_LADDER[:lo] passed, [hi:] failed
+            while lo < hi:
+                mid = (lo + hi) // 2
+                candidate = trial({**chosen, name: AUTO_LADDER[mid]})
                 bar.update()
-                if start - count_correct(trial, h_val, y_val) > allowed:
-                    bar.update(len(AUTO_LADDER) - tried)
-                    break
-                chosen[name], layers = s, trial
+                if reference - count_correct(candidate, h_val, y_val) <= allowed:
+                    lo, best = mid + 1, candidate
+                else:
+                    hi = mid
+            if best is not None:
+                chosen[name], layers = AUTO_LADDER[lo - 1], best
     return chosen, layers
 
 
@@ -359,11 +377,28 @@ def prune_model(
     h_val = runtime.capture(data, x_val, tail.input_tensor, num_threads=num_threads)
     y, y_val = np.asarray(y), np.asarray(y_val)
     teacher = [replace(l) for l in layers]
-    if targets == "auto":
-        targets, layers = auto_sparsity(layers, h, y, h_val, y_val, todo, auto_budget, seed=seed,
-                                        progress=progress)
-    layers = retrain(layers, _masks(layers, {}), h, y, epochs=epochs, seed=seed, progress=progress,
-                     targets=targets, teacher=teacher if distill else None, distill=distill)
+    auto = targets == "auto"
+    if auto:
+        targets, _ = auto_sparsity(layers, h, y, h_val, y_val, todo, auto_budget, seed=seed,
+                                   progress=progress, teacher=teacher if distill else None, distill=distill)
+    dense = layers
+    while True:
+        if not targets:  # auto found no sparsity within the budget: the layers stay as they came
+            layers = dense
+            break
+        layers = retrain(dense, _masks(dense, {}), h, y, epochs=epochs, seed=seed, progress=progress,
+                         targets=targets, teacher=teacher if distill else None, distill=distill)
+        # the brief trials of `auto` only estimate what the full retraining keeps: check it, and
+        # step the sparsest layer one rung down the ladder while the budget is exceeded
+        lost = count_correct(dense, h_val, y_val) - count_correct(layers, h_val, y_val)
+        if not auto or lost <= int(auto_budget * len(y_val) + 1e-6):
+            break
+        name = max(targets, key=targets.get)
+        lower = [s for s in AUTO_LADDER if s < targets[name]]
+        if lower:
+            targets[name] = lower[-1]
+        else:
+            del targets[name]
     biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
     out = model.replace({**{l.name: l.weight for l in layers}, **biases})
     return PruneResult(out, {l.name: 1 - density(l.weight) for l in layers}, sorted(targets), already,
