@@ -210,7 +210,7 @@ def _add_pipeline_commands(sub) -> None:
     p.add_argument("--distill", type=float, default=0.5,
                    help="share of the unpruned model's predictions in the training target (default 0.5; 0: labels only)")
     p.add_argument("--auto-budget", type=float, default=0.001,
-                   help="validation top-1 loss `auto` may spend per layer step (default 0.001)")
+                   help="validation top-1 loss `auto` may spend, checked after the full retraining (default 0.001)")
     p.add_argument("-o", "--output", required=True, help="output .tflite file")
     p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, print nothing on success")
