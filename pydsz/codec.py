@@ -195,14 +195,23 @@ def compress_array(x: Any, error_bound: float, mode: str = "abs", *, predictor: 
     return _core.write_header(info) + stored
 
 
-def _output(out: Any, n: int, what: str) -> np.ndarray:
-    """A caller's output array checked to hold exactly n float32 values in C order, flat."""
+def _output(out: Any, n: int, what: str, zeroed: bool) -> np.ndarray:
+    """Where a decoder writes n float32 values, flat: the caller's `out` (checked to fit exactly,
+    cleared when `zeroed`) or a new array."""
+    if out is None:
+        try:
+            return np.zeros(n, np.float32) if zeroed else np.empty(n, np.float32)
+        except MemoryError:
+            raise DszError(f"{what}: no memory for {n} float32 values") from None
     if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
             or not out.flags.writeable or not out.flags.aligned:
         raise ValueError(f"{what}: out must be a writeable, aligned, C-contiguous float32 numpy array")
     if out.size != n:
         raise ValueError(f"{what}: out holds {out.size} values, the stream decodes to {n}")
-    return out.reshape(-1)
+    flat = out.reshape(-1)
+    if zeroed:
+        flat.fill(0)
+    return flat
 
 
 def decompress_array(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
@@ -211,13 +220,7 @@ def decompress_array(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
     info, u8 = _open_frame(buf, _core.KIND_ARRAY, "array stream")
     hs = info["header_size"]
     data = _inflate(info["data_lossless"], u8[hs:hs + info["data_stored"]], info["data_raw"], "array stream")
-    if out is not None:
-        flat = _output(out, info["n_elements"], "decompress_array")
-    else:
-        try:
-            flat = np.empty(info["n_elements"], dtype=np.float32)
-        except MemoryError:
-            raise DszError(f"array stream: no memory for {info['n_elements']} float32 values") from None
+    flat = _output(out, info["n_elements"], "decompress_array", zeroed=False)
     try:
         _core.decompress_array(info, data, flat)
     except _core.CoreError as e:
@@ -280,14 +283,8 @@ def decode_sparse(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
     data = _inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "sparse stream: data section")
     index = _inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "sparse stream: index section")
     rows, cols = info["shape"]
-    if out is not None:
-        flat = _output(out, info["n_elements"], "decode_sparse")
-        flat.fill(0)  # the decoder writes the non-zeros only
-    else:
-        try:
-            flat = np.zeros(info["n_elements"], dtype=np.float32)
-        except MemoryError:
-            raise DszError(f"sparse stream: no memory for the dense {rows}x{cols} float32 output") from None
+    # the decoder writes the non-zeros only
+    flat = _output(out, info["n_elements"], "decode_sparse", zeroed=True)
     try:
         _core.decode_sparse(info, data, index, flat)
     except _core.CoreError as e:

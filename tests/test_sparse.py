@@ -1,5 +1,4 @@
 """Sparse weight matrices: exact positions, bounded values, index codecs, untrusted input."""
-import pathlib
 
 import numpy as np
 import pytest
@@ -9,8 +8,6 @@ from hypothesis.extra import numpy as hnp
 
 from pydsz import codec
 from pydsz.errors import DszError, FormatError
-
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 
 def pruned(rows, cols, density, seed=0, dead_cols=0):
@@ -150,12 +147,6 @@ def test_bit_flips_never_crash(index_codec):
             pass
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("sparse_*.bin")))
-def test_frozen_fixtures_decode_bit_exactly(name):
-    y = codec.decode_sparse((FIXTURES / f"{name}.bin").read_bytes())
-    expected = np.load(FIXTURES / f"{name}.npy")
-    assert y.shape == expected.shape
-    assert np.array_equal(y.view(np.uint32), expected.view(np.uint32))
 
 
 def test_decode_into_a_caller_array_matches_and_clears_it():
