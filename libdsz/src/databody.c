@@ -8,7 +8,7 @@
 size_t dsz_data_bound(size_t n, unsigned radius)
 {
     /* each value: at most DSZ_HUF_MAXLEN bits plus 4 bytes if it is an outlier */
-    if (n > (size_t)DSZ_MAX_ELEMENTS || n > ((size_t)-1 - 64 - radius) / 6) return DSZ_ERROR(parameter_outOfBound);
+    if (!dsz_count_fits(n) || n > ((size_t)-1 - 64 - radius) / 6) return DSZ_ERROR(parameter_outOfBound);
     return 8 + 10 + (size_t)radius + 1 + 8 + (n * DSZ_HUF_MAXLEN + 7) / 8 + 4 * n;
 }
 

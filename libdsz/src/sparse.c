@@ -27,7 +27,7 @@ size_t dsz_index_bound(unsigned codec, uint64_t nElements, uint64_t nnz)
 size_t dsz_sparseBound(size_t rows, size_t cols, size_t nnz, unsigned radius)
 {
     size_t db, ib;
-    if (cols && rows > (size_t)DSZ_MAX_ELEMENTS / cols) return DSZ_ERROR(parameter_outOfBound);
+    if (!dsz_matrix_fits(rows, cols)) return DSZ_ERROR(parameter_outOfBound);
     if (nnz > rows * cols) nnz = rows * cols;
     db = dsz_data_bound(nnz, radius ? radius : DSZ_RADIUS_DEFAULT);
     ib = dsz_index_bound(DSZ_INDEX_HUFFGAP, rows * cols, nnz);
@@ -105,7 +105,7 @@ static size_t count_nonzeros(const float* w, size_t n)
 size_t dsz_encodeSparseIndex(void* dst, size_t cap, const float* w, size_t rows, size_t cols, unsigned codec)
 {
     size_t n;
-    if (cols && rows > (size_t)DSZ_MAX_ELEMENTS / cols) return DSZ_ERROR(parameter_outOfBound);
+    if (!dsz_matrix_fits(rows, cols)) return DSZ_ERROR(parameter_outOfBound);
     n = rows * cols;
     if (n && !w) return DSZ_ERROR(parameter_unsupported);
     return encode_index((uint8_t*)dst, cap, w, rows, cols, count_nonzeros(w, n), codec);
@@ -122,7 +122,7 @@ size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, siz
     float* vals;
     DSZ_CHECK(dsz_checkParams(p, &radius));
     if (codec > DSZ_INDEX_BITMAP) return DSZ_ERROR(parameter_unsupported);
-    if (cols && rows > (size_t)DSZ_MAX_ELEMENTS / cols) return DSZ_ERROR(parameter_outOfBound);
+    if (!dsz_matrix_fits(rows, cols)) return DSZ_ERROR(parameter_outOfBound);
     n = rows * cols;
     if (n && !w) return DSZ_ERROR(parameter_unsupported);
     if (cap < SPARSE_HEADER) return DSZ_ERROR(dstSize_tooSmall);

@@ -249,6 +249,60 @@ static void test_sparse(void)
     }
 }
 
+/* Decoders read frames at any byte address and write floats at any 4-byte-aligned one: a .dsz
+ * stream sits at an arbitrary offset of its file, and TFLite weight buffers are only 4-byte
+ * aligned. Frames at 1 mod 8, output at 4 mod 8; the results must match the aligned decode bit
+ * for bit (UBSan's alignment check and strict-alignment ARM under qemu watch the accesses). */
+static void test_unaligned(void)
+{
+    size_t const rows = 64, cols = 96, n = rows * cols;
+    float* w = (float*)calloc(n, sizeof(float));
+    float* ref = (float*)calloc(n, sizeof(float));
+    double* out_mem = (double*)calloc(n / 2 + 1, sizeof(double));
+    float* const out = (float*)((char*)out_mem + 4);
+    size_t const sb = dsz_sparseBound(rows, cols, n, 0), ab = dsz_compressBound(n, 0);
+    size_t const cap = sb > ab ? sb : ab;
+    uint8_t* buf = (uint8_t*)malloc(cap);
+    uint8_t* odd_mem = (uint8_t*)malloc(cap + 8);
+    uint8_t* const odd = odd_mem + 1;
+    unsigned long long shape[1];
+    dsz_params const p = params(1e-2, DSZ_PRED_AUTO);
+    dsz_frameInfo f;
+    size_t i, cs, hs;
+    unsigned c;
+    CHECK(((uintptr_t)out & 7u) == 4 && ((uintptr_t)odd & 3u) == 1);
+    for (i = 0; i < n; i++) w[i] = unif() < 0.1 ? laplace(0.05) : 0.0f;
+
+    shape[0] = n;
+    cs = dsz_compress(buf, cap, w, shape, 1, &p);
+    CHECK(!dsz_isError(cs));
+    memcpy(odd, buf, cs);
+    CHECK(dsz_decompress(ref, n, buf, cs) == n);
+    CHECK(dsz_decompress(out, n, odd, cs) == n);
+    CHECK(memcmp(ref, out, sizeof(float) * n) == 0);
+
+    for (c = DSZ_INDEX_GAP8; c <= DSZ_INDEX_BITMAP; c++) {
+        cs = dsz_encodeSparse(buf, cap, w, rows, cols, &p, c);
+        CHECK(!dsz_isError(cs));
+        memcpy(odd, buf, cs);
+        hs = dsz_getFrameInfo(&f, odd, cs);
+        CHECK(!dsz_isError(hs));
+        if (dsz_isError(hs)) break;
+        memset(ref, 0, sizeof(float) * n);
+        memset(out, 0, sizeof(float) * n);
+        CHECK(!dsz_isError(dsz_decodeSparse(ref, n, &f, buf + hs, (size_t)f.dataRawSize,
+                                            buf + hs + f.dataRawSize, (size_t)f.indexRawSize)));
+        CHECK(!dsz_isError(dsz_decodeSparse(out, n, &f, odd + hs, (size_t)f.dataRawSize,
+                                            odd + hs + f.dataRawSize, (size_t)f.indexRawSize)));
+        CHECK(memcmp(ref, out, sizeof(float) * n) == 0);
+    }
+    free(w);
+    free(ref);
+    free(out_mem);
+    free(buf);
+    free(odd_mem);
+}
+
 int main(void)
 {
     test_errors();
@@ -257,6 +311,7 @@ int main(void)
     test_header();
     test_huffman_tables();
     test_sparse();
+    test_unaligned();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
