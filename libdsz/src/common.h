@@ -15,6 +15,13 @@
 #error "libdsz needs FLT_EVAL_METHOD == 0 (SSE2 or NEON float arithmetic); on 32-bit x86 build with -msse2 -mfpmath=sse"
 #endif
 
+/* The decoders write float32 values in host byte order straight into the caller's buffer, which for
+ * a .dsz model is a little-endian .tflite: on a big-endian host the model would decode to garbage.
+ * Such hosts are out of scope (doc/format.md, "Byte order and alignment"). */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "libdsz supports little-endian hosts only (x86-64, ARM, RISC-V, ...); big-endian hosts are out of scope"
+#endif
+
 /* error codes are the last values of size_t, like zstd's */
 #define DSZ_ERROR(name) ((size_t) - (ptrdiff_t)(DSZ_error_##name))
 #define DSZ_CHECK(expr)                      \
@@ -32,6 +39,15 @@
 #define DSZ_UNLIKELY(x) (x)
 #define DSZ_INLINE static inline
 #endif
+
+/* Element counts: at most DSZ_MAX_ELEMENTS, which does not fit a 32-bit size_t (armv7). Compared
+ * in 64 bits through a parameter, so that a 32-bit build has no always-true test to warn about. */
+DSZ_INLINE int dsz_count_fits(uint64_t n) { return n <= DSZ_MAX_ELEMENTS; }
+/* a rows x cols matrix the encoder can take: a count within the limit that size_t also holds */
+DSZ_INLINE int dsz_matrix_fits(size_t rows, size_t cols)
+{
+    return !cols || ((uint64_t)rows <= DSZ_MAX_ELEMENTS / cols && rows <= (size_t)-1 / cols);
+}
 
 /* ---- little-endian fields ---- */
 static inline void dsz_wr16(uint8_t* p, uint32_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
