@@ -1,31 +1,44 @@
-/* Fuzz target: the array decoder entry points (dsz_getFrameInfo, dsz_decompress,
- * dsz_decompressArray) on untrusted bytes. Only frames whose data section is stored
- * raw are decoded: libdsz reads no lossless wrapper itself. */
+/* Fuzz target: the value-stream (array) decoders dsz_decompress and dsz_decompressArray on
+ * untrusted bytes. Only frames whose data section is stored raw are decoded: libdsz reads no
+ * lossless wrapper itself. Checks: a decode that succeeds returns the header's element count;
+ * the whole-frame and the section entry points agree (same error or the same values, bit for
+ * bit); a destination one value short is exactly DSZ_error_dstSize_tooSmall. */
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 
-#include "dsz.h"
+#include "fuzz_common.h"
 
-/* keep each input's output buffer small enough that the fuzzer does not run out of memory */
-#define MAX_VALUES (1u << 24)
+/* a header passes only if each value has at least one bit, so n <= 8 * size + 7: no cap is
+ * needed for memory, this one only keeps single inputs fast */
+#define MAX_VALUES (1u << 22)
 
 int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
 {
     dsz_frameInfo info;
-    float* dst;
+    float *whole, *part;
+    size_t n, r1, r2;
     size_t const hs = dsz_getFrameInfo(&info, src, size);
     if (dsz_isError(hs) || info.kind != DSZ_KIND_ARRAY || info.dataLossless != DSZ_LOSSLESS_NONE) return 0;
-    if (info.nElements > MAX_VALUES) return 0;
-    dst = (float*)malloc(((size_t)info.nElements + 1) * sizeof(float));
-    if (!dst) return 0;
-    (void)dsz_decompress(dst, (size_t)info.nElements, src, size);
+    if (info.nElements > MAX_VALUES || size - hs < info.dataRawSize) return 0;
+    n = (size_t)info.nElements;
+    whole = fuzz_floats(n, 0);
+    part = fuzz_floats(n, 0);
+    r1 = dsz_decompress(whole, n, src, size);
     /* the data section alone, as the Python layer passes it after unwrapping */
-    if (size - hs >= info.dataRawSize)
-        (void)dsz_decompressArray(dst, (size_t)info.nElements, &info, src + hs, (size_t)info.dataRawSize);
-    /* a dst one value too small must be refused, never overrun */
-    if (info.nElements && size - hs >= info.dataRawSize)
-        (void)dsz_decompressArray(dst, (size_t)info.nElements - 1, &info, src + hs, (size_t)info.dataRawSize);
-    free(dst);
+    r2 = dsz_decompressArray(part, n, &info, src + hs, (size_t)info.dataRawSize);
+    if (!dsz_isError(r2)) FUZZ_CHECK(r2 == n, "decoded %zu of %zu values", r2, n);
+    if (size - hs == info.dataRawSize) {
+        FUZZ_CHECK(r1 == r2, "whole frame: %s, section: %s", dsz_getErrorName(r1), dsz_getErrorName(r2));
+        if (!dsz_isError(r1)) FUZZ_CHECK(!memcmp(whole, part, n * sizeof(float)), "the two decoders differ");
+    } else {
+        FUZZ_CHECK_ERROR(r1, DSZ_error_srcSize_wrong);
+    }
+    if (n) {
+        FUZZ_CHECK_ERROR(dsz_decompressArray(part, n - 1, &info, src + hs, (size_t)info.dataRawSize),
+                         DSZ_error_dstSize_tooSmall);
+        if (size - hs == info.dataRawSize) FUZZ_CHECK_ERROR(dsz_decompress(whole, n - 1, src, size), DSZ_error_dstSize_tooSmall);
+    }
+    free(whole);
+    free(part);
     return 0;
 }

@@ -1,6 +1,8 @@
 /* Seed corpus generator: small valid array and sparse frames with raw sections, covering
  * both predictors, outliers (NaN, Inf, a tiny radius), several shapes and the three index
- * codecs. Usage: make_corpus <array-dir> <sparse-dir> */
+ * codecs; the frames again for the header target; their index sections in fuzz_index's
+ * input layout; and round-trip inputs in fuzz_roundtrip's layout.
+ * Usage: make_corpus <corpus-dir> (writes its array, sparse, header, index, roundtrip folders) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +17,13 @@ static double unif(void)
     return (double)(rng >> 11) / 9007199254740992.0;
 }
 
+static const char* root;
+
 static int save(const char* dir, const char* name, const void* buf, size_t n)
 {
     char path[1024];
     FILE* f;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(path, sizeof(path), "%s/%s/%s", root, dir, name);
     f = fopen(path, "wb");
     if (!f || fwrite(buf, 1, n, f) != n) { fprintf(stderr, "cannot write %s\n", path); if (f) fclose(f); return 1; }
     fclose(f);
@@ -33,7 +37,7 @@ static dsz_params params(double eb, unsigned pred, unsigned radius)
     return p;
 }
 
-static int array_seed(const char* dir, const char* name, const unsigned long long* shape, unsigned ndim,
+static int array_seed(const char* name, const unsigned long long* shape, unsigned ndim,
                       double eb, unsigned pred, unsigned radius, int specials)
 {
     size_t n = 1, i, cap, r;
@@ -50,13 +54,58 @@ static int array_seed(const char* dir, const char* name, const unsigned long lon
     for (i = 0; i < n; i++) x[i] = (float)(sin((double)i * 0.3) + 0.2 * (unif() - 0.5));
     if (specials && n >= 4) { x[0] = NAN; x[1] = INFINITY; x[2] = -INFINITY; x[3] = 1e30f; }
     r = dsz_compress(buf, cap, x, shape, ndim, &p);
-    bad = dsz_isError(r) ? (fprintf(stderr, "%s: %s\n", name, dsz_getErrorName(r)), 1) : save(dir, name, buf, r);
+    bad = dsz_isError(r) ? (fprintf(stderr, "%s: %s\n", name, dsz_getErrorName(r)), 1)
+                         : save("array", name, buf, r) | save("header", name, buf, r);
     free(x);
     free(buf);
     return bad;
 }
 
-static int sparse_seed(const char* dir, const char* name, size_t rows, size_t cols, double density, double eb,
+/* fuzz_index's input: codec, rows - 1, cols - 1 (LE16), nnz (LE16), the index section */
+static int index_seed(const char* name, const unsigned char* frame, size_t size)
+{
+    dsz_frameInfo f;
+    unsigned char* in;
+    size_t const hs = dsz_getFrameInfo(&f, frame, size);
+    int bad;
+    if (dsz_isError(hs)) return 1;
+    in = (unsigned char*)malloc(6 + (size_t)f.indexRawSize);
+    if (!in) return 1;
+    in[0] = (unsigned char)f.indexCodec;
+    in[1] = (unsigned char)(f.shape[0] - 1);
+    in[2] = (unsigned char)(f.shape[1] - 1);
+    in[3] = (unsigned char)((f.shape[1] - 1) >> 8);
+    in[4] = (unsigned char)f.nnz;
+    in[5] = (unsigned char)(f.nnz >> 8);
+    memcpy(in + 6, frame + hs + f.dataRawSize, (size_t)f.indexRawSize);
+    bad = save("index", name, in, 6 + (size_t)f.indexRawSize);
+    free(in);
+    return bad;
+}
+
+/* fuzz_roundtrip's input: flags, radius - 1, bound exponent and mantissa, shape, n values */
+static int roundtrip_seed(const char* name, unsigned char flags, unsigned char radius1, unsigned char e,
+                          unsigned char shape, size_t n, double density, int specials)
+{
+    unsigned char* in = (unsigned char*)malloc(5 + 4 * n);
+    size_t i;
+    int bad;
+    if (!in) return 1;
+    in[0] = flags; in[1] = radius1; in[2] = e; in[3] = 0; in[4] = shape;
+    for (i = 0; i < n; i++) {
+        float const v = unif() < density ? (float)(sin((double)i * 0.2) + 0.1 * (unif() - 0.5)) : 0.0f;
+        memcpy(in + 5 + 4 * i, &v, 4);
+    }
+    if (specials && n >= 4) {
+        static const float sp[4] = {NAN, INFINITY, -INFINITY, 3e38f};
+        memcpy(in + 5, sp, sizeof(sp));
+    }
+    bad = save("roundtrip", name, in, 5 + 4 * n);
+    free(in);
+    return bad;
+}
+
+static int sparse_seed(const char* name, size_t rows, size_t cols, double density, double eb,
                        unsigned pred, unsigned codec)
 {
     size_t const n = rows * cols;
@@ -72,7 +121,13 @@ static int sparse_seed(const char* dir, const char* name, size_t rows, size_t co
         if (unif() < density) w[i] = (float)(unif() - 0.5);
     if (n > 600) w[n - 1] = 0.25f; /* a long gap: filler symbols */
     r = dsz_encodeSparse(buf, cap, w, rows, cols, &p, codec);
-    bad = dsz_isError(r) ? (fprintf(stderr, "%s: %s\n", name, dsz_getErrorName(r)), 1) : save(dir, name, buf, r);
+    if (dsz_isError(r)) {
+        fprintf(stderr, "%s: %s\n", name, dsz_getErrorName(r));
+        bad = 1;
+    } else {
+        bad = save("sparse", name, buf, r) | save("header", name, buf, r);
+        bad |= index_seed(name, buf, r);
+    }
     free(w);
     free(buf);
     return bad;
@@ -83,32 +138,47 @@ int main(int argc, char** argv)
     static const unsigned long long s1[1] = {200}, s2[2] = {12, 17}, s3[3] = {4, 5, 6}, s0[1] = {0};
     static const unsigned long long s8[8] = {2, 2, 2, 2, 2, 2, 2, 2};
     static const char* const codecs[3] = {"gap8", "huffgap", "bitmap"};
+    static const char* const preds[3] = {"none", "lorenzo", "auto"};
     char name[64];
     unsigned pred, c;
     int bad = 0;
-    if (argc != 3) { fprintf(stderr, "usage: %s <array-dir> <sparse-dir>\n", argv[0]); return 2; }
+    if (argc != 2) { fprintf(stderr, "usage: %s <corpus-dir>\n", argv[0]); return 2; }
+    root = argv[1];
     for (pred = DSZ_PRED_NONE; pred <= DSZ_PRED_LORENZO; pred++) {
-        const char* const pn = pred ? "lorenzo" : "none";
-        snprintf(name, sizeof(name), "%s_1d", pn); bad |= array_seed(argv[1], name, s1, 1, 1e-3, pred, 0, 0);
-        snprintf(name, sizeof(name), "%s_2d", pn); bad |= array_seed(argv[1], name, s2, 2, 1e-2, pred, 0, 0);
-        snprintf(name, sizeof(name), "%s_3d", pn); bad |= array_seed(argv[1], name, s3, 3, 1e-2, pred, 0, 1);
-        snprintf(name, sizeof(name), "%s_8d", pn); bad |= array_seed(argv[1], name, s8, 8, 0.05, pred, 0, 0);
-        snprintf(name, sizeof(name), "%s_radius2", pn); bad |= array_seed(argv[1], name, s1, 1, 1e-3, pred, 2, 1);
-        snprintf(name, sizeof(name), "%s_coarse", pn); bad |= array_seed(argv[1], name, s2, 2, 10.0, pred, 0, 0);
-        snprintf(name, sizeof(name), "%s_empty", pn); bad |= array_seed(argv[1], name, s0, 1, 1e-3, pred, 0, 0);
+        const char* const pn = preds[pred];
+        snprintf(name, sizeof(name), "%s_1d", pn); bad |= array_seed(name, s1, 1, 1e-3, pred, 0, 0);
+        snprintf(name, sizeof(name), "%s_2d", pn); bad |= array_seed(name, s2, 2, 1e-2, pred, 0, 0);
+        snprintf(name, sizeof(name), "%s_3d", pn); bad |= array_seed(name, s3, 3, 1e-2, pred, 0, 1);
+        snprintf(name, sizeof(name), "%s_8d", pn); bad |= array_seed(name, s8, 8, 0.05, pred, 0, 0);
+        snprintf(name, sizeof(name), "%s_radius2", pn); bad |= array_seed(name, s1, 1, 1e-3, pred, 2, 1);
+        snprintf(name, sizeof(name), "%s_coarse", pn); bad |= array_seed(name, s2, 2, 10.0, pred, 0, 0);
+        snprintf(name, sizeof(name), "%s_empty", pn); bad |= array_seed(name, s0, 1, 1e-3, pred, 0, 0);
         for (c = DSZ_INDEX_GAP8; c <= DSZ_INDEX_BITMAP; c++) {
             snprintf(name, sizeof(name), "%s_%s_30x40", pn, codecs[c]);
-            bad |= sparse_seed(argv[2], name, 30, 40, 0.1, 1e-2, pred, c);
+            bad |= sparse_seed(name, 30, 40, 0.1, 1e-2, pred, c);
             snprintf(name, sizeof(name), "%s_%s_4x700", pn, codecs[c]);
-            bad |= sparse_seed(argv[2], name, 4, 700, 0.01, 1e-2, pred, c);
+            bad |= sparse_seed(name, 4, 700, 0.01, 1e-2, pred, c);
         }
     }
     for (c = DSZ_INDEX_GAP8; c <= DSZ_INDEX_BITMAP; c++) {
         snprintf(name, sizeof(name), "dense_%s_9x9", codecs[c]);
-        bad |= sparse_seed(argv[2], name, 9, 9, 1.0, 1e-2, DSZ_PRED_LORENZO, c);
+        bad |= sparse_seed(name, 9, 9, 1.0, 1e-2, DSZ_PRED_LORENZO, c);
         snprintf(name, sizeof(name), "empty_%s_5x5", codecs[c]);
-        bad |= sparse_seed(argv[2], name, 5, 5, 0.0, 1e-2, DSZ_PRED_NONE, c);
+        bad |= sparse_seed(name, 5, 5, 0.0, 1e-2, DSZ_PRED_NONE, c);
     }
-    array_seed(argv[1], "scalar", s1, 0, 1e-3, DSZ_PRED_LORENZO, 0, 0);
+    bad |= array_seed("scalar", s1, 0, 1e-3, DSZ_PRED_LORENZO, 0, 0);
+    /* round trips: flags bit 0 sparse, bits 1-2 predictor, bits 3-4 index codec; bound 2^(e-151) */
+    for (pred = 0; pred < 3; pred++) {
+        snprintf(name, sizeof(name), "array_%s", preds[pred]);
+        bad |= roundtrip_seed(name, (unsigned char)(pred << 1), 255, 141, 1, 120, 1.0, 1);
+        snprintf(name, sizeof(name), "array_%s_radius1", preds[pred]);
+        bad |= roundtrip_seed(name, (unsigned char)(pred << 1), 0, 141, 2, 40, 1.0, 0);
+        for (c = DSZ_INDEX_GAP8; c <= DSZ_INDEX_BITMAP; c++) {
+            snprintf(name, sizeof(name), "sparse_%s_%s", preds[pred], codecs[c]);
+            bad |= roundtrip_seed(name, (unsigned char)(1 | pred << 1 | c << 3), 255, 141, 15, 160, 0.2, 1);
+        }
+    }
+    bad |= roundtrip_seed("array_tiny_bound", 0, 255, 1, 1, 16, 1.0, 0);
+    bad |= roundtrip_seed("array_huge_bound", 2, 255, 254, 1, 16, 1.0, 1);
     return bad;
 }

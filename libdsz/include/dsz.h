@@ -155,7 +155,7 @@ size_t dsz_getFrameInfo(dsz_frameInfo* info, /* filled on success */
 /* Write a frame header for the given description (used to re-wrap sections losslessly).
  * Returns the header size, or an error code. */
 size_t dsz_writeFrameHeader(void* dst,                  /* output buffer */
-                            size_t dstCapacity,         /* its size (<= 96 bytes needed) */
+                            size_t dstCapacity,         /* its size (<= 112 bytes needed) */
                             const dsz_frameInfo* info); /* header fields; headerSize is ignored */
 
 /* Decode an array frame's data section (already unwrapped, i.e. raw) into dst.

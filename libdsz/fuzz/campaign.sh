@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A long fuzzing campaign of one target, at the lowest priority, one process:
+#   libdsz/fuzz/campaign.sh TARGET SECONDS [RUNS]
+# stops after SECONDS or RUNS inputs, whichever comes first; the log goes to
+# build/campaign_TARGET.log and a record (executions, time, exec/s, findings) is appended to
+# campaigns.json. Exits non-zero if the fuzzer found anything (build/artifacts_TARGET/).
+set -euo pipefail
+cd "$(dirname "$0")"
+target=$1 seconds=$2 runs=${3:--1}
+make -s build/fuzz_"$target"
+log=build/campaign_"$target".log
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+rc=0
+nice -n 19 make -s run T="$target" TIME="$seconds" RUNS="$runs" >"$log" 2>&1 || rc=$?
+python3 - "$target" "$log" "$started" "$rc" <<'PY'
+import json, os, re, subprocess, sys
+target, log, started, rc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+text = open(log, errors="replace").read()
+stat = dict(re.findall(r"^stat::(\w+):\s+(\d+)", text, re.M))
+done = re.search(r"^Done (\d+) runs in (\d+) second", text, re.M)
+artifacts = sorted(os.listdir(f"build/artifacts_{target}")) if os.path.isdir(f"build/artifacts_{target}") else []
+clang = subprocess.run(["clang", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+record = {
+    "target": target, "started": started, "commit": commit, "clang": clang,
+    "executions": int(stat.get("number_of_executed_units", 0)),
+    "seconds": int(done.group(2)) if done else None,
+    "exec_per_sec": int(stat.get("average_exec_per_sec", 0)),
+    "new_units": int(stat.get("new_units_added", 0)),
+    "peak_rss_mb": int(stat.get("peak_rss_mb", 0)),
+    "exit_status": rc, "artifacts": artifacts,
+}
+path = "campaigns.json"
+records = json.load(open(path)) if os.path.exists(path) else []
+records.append(record)
+with open(path, "w") as f:
+    json.dump(records, f, indent=1)
+    f.write("\n")
+print(json.dumps(record))
+PY
+if [ "$rc" -ne 0 ] || [ -n "$(ls -A build/artifacts_"$target")" ]; then
+    echo "campaign $target: findings in build/artifacts_$target (log $log)" >&2
+    exit 1
+fi
