@@ -32,6 +32,8 @@ _CRC = struct.Struct("<I")
 _MAX_NDIM = 8
 _REPRESENTATIONS = {0: "dense", 1: "sparse"}
 _ZSTD_LEVEL = 19
+# a zstd block inflates to at most 128 KiB and takes at least 4 bytes (an RLE block)
+_ZSTD_MAX_RATIO = 32768
 
 Bounds = Union[float, Mapping[str, float]]
 
@@ -229,6 +231,16 @@ def _parse(buf) -> tuple[int, memoryview, list[TensorEntry]]:
     if any(a_end > b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])):
         raise FormatError("tensor table: two tensors overlap in the model file")
     rest = mv[head_end + _CRC.size:head_end + _CRC.size + rest_bytes]
+    # the model's size decides an allocation: check it against what the rest can hold first
+    if model_bytes > _ZSTD_MAX_RATIO * rest_bytes:
+        raise FormatError(f"the header declares a model of {model_bytes} bytes, more than a zstd frame "
+                          f"of {rest_bytes} bytes can hold")
+    try:
+        declared = zstandard.frame_content_size(rest)
+    except zstandard.ZstdError as exc:
+        raise FormatError(f"the model's lossless section is not a zstd frame: {exc}") from None
+    if declared != model_bytes:
+        raise FormatError(f"the model's lossless section declares {declared} bytes, the header {model_bytes}")
     return model_bytes, rest, entries
 
 

@@ -1,0 +1,84 @@
+"""atheris fuzz target: pydsz's readers on arbitrary bytes.
+
+A .dsz model goes through pydsz.load() and everything a loaded model decodes (tflite_bytes,
+weights, info); an array or sparse stream through decompress_array / decode_sparse / sparse_info.
+Only pydsz.DszError and its subclasses may escape; any other exception, a hang (-timeout) or a
+memory blow-up (-rss_limit_mb) is a finding. Mutations of a .dsz file are also tried with both
+CRC-32s made right again, so that they reach the table and the streams instead of stopping at
+the checksum.
+
+    pip install atheris
+    python tests/fuzz_load.py -max_total_time=60 -max_len=65536 libdsz/fuzz/corpus/dsz
+
+Not collected by pytest (no test_ prefix); tests/test_fuzz_replay.py replays the committed
+corpus through exercise() without atheris.
+"""
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+
+_CRC = struct.Struct("<I")
+_HEADER_BYTES = 40
+
+
+def with_fixed_crcs(data: bytes) -> bytes | None:
+    """The .dsz bytes with the header CRC and the whole-file CRC recomputed (None if too short)."""
+    if len(data) < _HEADER_BYTES:
+        return None
+    (table_bytes,) = _CRC.unpack_from(data, 12)
+    head_end = _HEADER_BYTES + table_bytes
+    if head_end + 2 * _CRC.size > len(data):
+        return None
+    fixed = bytearray(data)
+    _CRC.pack_into(fixed, head_end, zlib.crc32(fixed[:head_end]) & 0xFFFFFFFF)
+    _CRC.pack_into(fixed, len(fixed) - 4, zlib.crc32(fixed[:-4]) & 0xFFFFFFFF)
+    return bytes(fixed)
+
+
+def _load(data: bytes) -> None:
+    import pydsz
+
+    model = pydsz.load(data)
+    model.tflite_bytes()
+    model.weights()
+    model.info()
+
+
+def exercise(data: bytes) -> None:
+    """Run every reader that applies to `data`; raises only DszError (anything else is a bug)."""
+    import pydsz
+
+    magic = data[:4]
+    try:
+        if magic == b"DSZA":
+            pydsz.decompress_array(data)
+        elif magic == b"DSZS":
+            pydsz.sparse_info(data)
+            pydsz.decode_sparse(data)
+        else:
+            _load(data)
+    except pydsz.DszError:
+        pass
+    if magic == b"DSZM":
+        fixed = with_fixed_crcs(data)
+        if fixed is not None and fixed != data:
+            try:
+                _load(fixed)
+            except pydsz.DszError:
+                pass
+
+
+def main() -> None:
+    import atheris
+
+    with atheris.instrument_imports(include=["pydsz"]):
+        import pydsz  # noqa: F401  (instrumented for coverage)
+
+    atheris.Setup(sys.argv, lambda data: exercise(bytes(data)))
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
