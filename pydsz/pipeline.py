@@ -121,6 +121,13 @@ def _plan(table: dict[str, list[Point]], n: int, budget: int, max_size: Optional
     return minimize_size(options, budget / n, 1 / n)
 
 
+def allowed_samples(max_loss: float, reference: float, top1: float, n: int) -> int:
+    """The samples of n that compressing a model of accuracy `top1` may cost, when the loss is
+    counted from `reference` (what an earlier step, e.g. pruning, spent is no longer available)."""
+    # Whole samples only; the epsilon forgives float noise in max_loss * n (0.003 * 5000).
+    return max(0, math.floor((max_loss - (reference - top1)) * n + 1e-6))
+
+
 def compress(
     tflite_bytes: bytes,
     x: np.ndarray,
@@ -152,8 +159,7 @@ def compress(
     n = len(y)
     top1_before = runtime.accuracy(data, x, y, num_threads=num_threads)
     reference = top1_before if reference_top1 is None else reference_top1
-    # Whole samples only; the epsilon forgives float noise in max_loss * n (0.003 * 5000).
-    allowed = max(0, math.floor((max_loss - (reference - top1_before)) * n + 1e-6))
+    allowed = allowed_samples(max_loss, reference, top1_before, n)
 
     evaluator = Evaluator(data, x, y, names, num_threads=num_threads)
     table = assess(evaluator, model, names, allowed, progress=progress)

@@ -1,0 +1,355 @@
+"""`dsz bench`: pydsz against the anchors of the field on the same pruned model, in one run.
+
+The model is pruned once (or taken as already pruned); every method then compresses that pruned
+model's FC layers and is judged the same way: its stored bytes are decoded, the decoded weights
+are written into the .tflite and the interpreter measures top-1 on the validation and the test
+split. Losses are counted from the model as given (before pruning), so pruning's loss is in every
+method's figure alike. Each method is swept over its knob, so that each is a curve:
+
+  pydsz             `dsz compress` (pipeline.compress) at each loss budget
+  DeepSZ            baselines.deepsz: the paper's grid and additive-loss optimizer, same budgets
+  Deep Compression  baselines.deep_compression, over the number of clusters (32: the paper's FC)
+  int per-channel   baselines.quantized, over the bit width (8: TFLite's dynamic-range int8)
+  float16           baselines.quantized (one point)
+  lossless          baselines.lossless: zstd -19 (one point)
+
+Sizes: "FC bytes" are the stored bytes of the FC weight tensors, each method's tables, codebooks,
+scales and headers included; the ratio is their dense float32 size over that. "File bytes" are
+the rest of the model (the .tflite with those tensors zeroed, zstd -19, as a .dsz stores it) plus
+the FC bytes; for pydsz it is the .dsz file's size. Encode seconds include each method's search
+(pydsz's and DeepSZ's assessment); decode seconds rebuild the FC weights from the stored bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from pydsz import container, runtime
+from pydsz.assess import Evaluator, compressible_layers
+from pydsz.baselines import deep_compression, deepsz, lossless, quantized, sz3
+from pydsz.errors import InputError
+from pydsz.model import TFLiteModel
+from pydsz.pipeline import allowed_samples, compress
+from pydsz.tables import format_table
+
+OURS, DEEPSZ, DC, INT, FLOAT16, LOSSLESS = ("pydsz", "DeepSZ", "Deep Compression", "int per-channel",
+                                            "float16", "lossless zstd-19")
+CLUSTERS = (4, 8, 16, 32, 64)
+BITS = (4, 5, 6, 8)
+# the budgets swept by pydsz and DeepSZ, as multiples of --max-loss
+BUDGET_FACTORS = (0.5, 1, 2, 4)
+# what the issue asks of pydsz at equal test loss
+TARGETS = {DEEPSZ: 1.3, DC: 1.5}
+
+
+def budgets_for(max_loss: float) -> tuple[float, ...]:
+    return tuple(round(f * max_loss, 6) for f in BUDGET_FACTORS)
+
+
+class _Bench:
+    """The pruned model, its FC weights and the evaluation every method shares."""
+
+    def __init__(self, pruned: bytes, val, test, num_threads: Optional[int]):
+        self.pruned, self.val, self.test, self.num_threads = pruned, val, test, num_threads
+        self.model = TFLiteModel(pruned)
+        self.names = [layer.name for layer in compressible_layers(self.model, "fc")]
+        self.weights = {name: np.array(self.model.weight(name), np.float32) for name in self.names}
+        self.fc_original_bytes = sum(w.nbytes for w in self.weights.values())
+        zeroed = self.model.replace({name: np.zeros_like(w) for name, w in self.weights.items()})
+        self.rest_bytes = len(lossless.zstd19(zeroed))
+
+    def accuracy(self, tflite: bytes) -> tuple[float, float]:
+        return (runtime.accuracy(tflite, *self.val, num_threads=self.num_threads),
+                runtime.accuracy(tflite, *self.test, num_threads=self.num_threads))
+
+    def point(self, method: str, knob: str, setting, streams: Mapping[str, bytes],
+              decode: Callable[[], dict], encode_s: float, fc_bytes: Optional[int] = None,
+              file_bytes: Optional[int] = None, detail: Optional[dict] = None) -> dict:
+        """Decode (timed: `decode` returns the weights by layer name), measure, and describe one
+        point of a method's curve."""
+        start = time.perf_counter()
+        decoded = decode()
+        decode_s = time.perf_counter() - start
+        val, test = self.accuracy(self.model.replace(decoded))
+        fc = sum(len(s) for s in streams.values()) if fc_bytes is None else fc_bytes
+        return {
+            "method": method, "knob": knob, "setting": setting, "fc_bytes": fc,
+            "file_bytes": self.rest_bytes + fc if file_bytes is None else file_bytes,
+            "ratio": self.fc_original_bytes / fc, "val_top1": val, "test_top1": test,
+            "encode_s": encode_s, "decode_s": decode_s,
+            "max_error": max(float(np.max(np.abs(decoded[n] - self.weights[n]), initial=0)) for n in decoded),
+            "layer_bytes": {name: len(s) for name, s in streams.items()}, "detail": detail or {},
+        }
+
+
+def _decoder(module, streams: Mapping[str, bytes]) -> Callable[[], dict]:
+    return lambda: {name: module.decode(stream) for name, stream in streams.items()}
+
+
+def _codec_points(bench: _Bench, method: str, knob: str, module, settings, bar) -> list[dict]:
+    out = []
+    for setting in settings:
+        start = time.perf_counter()
+        streams = {name: module.encode(w, setting) for name, w in bench.weights.items()}
+        out.append(bench.point(method, knob, setting, streams, _decoder(module, streams),
+                               time.perf_counter() - start))
+        bar.update()
+    return out
+
+
+def _ours(bench: _Bench, budgets, reference: float, bar) -> list[dict]:
+    out = []
+    for budget in budgets:
+        start = time.perf_counter()
+        result = compress(bench.pruned, *bench.val, budget, reference_top1=reference, num_threads=bench.num_threads)
+        encode_s = time.perf_counter() - start
+        # tensors kept lossless live in the .dsz's zstd rest; they count with their zstd size
+        streams = {e.name: e.stream for e in container.load(result.dsz).entries}
+        out.append(bench.point(OURS, "max-loss", budget, streams, lambda: container.load(result.dsz).weights(), encode_s,
+                               fc_bytes=sum(l.stream_bytes for l in result.layers), file_bytes=len(result.dsz),
+                               detail={"bounds": {l.name: l.bound for l in result.layers}}))
+        bar.update()
+    return out
+
+
+def _deepsz(bench: _Bench, budgets, reference: float, pruned_val: float, bar) -> list[dict]:
+    n = len(bench.val[1])
+    evaluator = Evaluator(bench.pruned, *bench.val, bench.names, num_threads=bench.num_threads)
+    start = time.perf_counter()
+    table, streams = deepsz.assess(evaluator, bench.weights)
+    assess_s = time.perf_counter() - start
+    out = []
+    for budget in budgets:
+        start = time.perf_counter()
+        bounds = deepsz.choose(table, allowed_samples(budget, reference, pruned_val, n), n)
+        chosen = {name: streams[name, bound] for name, bound in bounds.items()}
+        out.append(bench.point(DEEPSZ, "max-loss", budget, chosen, _decoder(deepsz, chosen),
+                               assess_s + time.perf_counter() - start, detail={"bounds": bounds}))
+        bar.update()
+    return out
+
+
+def run(
+    tflite_bytes: bytes,
+    val: tuple[np.ndarray, np.ndarray],
+    test: tuple[np.ndarray, np.ndarray],
+    max_loss: float = 0.003,
+    *,
+    train: Optional[tuple[np.ndarray, np.ndarray]] = None,
+    sparsity=None,
+    epochs: float = 8,
+    distill: float = 0.5,
+    budgets: Optional[Sequence[float]] = None,
+    clusters: Sequence[int] = CLUSTERS,
+    bits: Sequence[int] = BITS,
+    title: str = "model",
+    progress: bool = False,
+    num_threads: Optional[int] = None,
+) -> dict:
+    """Prune (when `train` and `sparsity` are given), then run every method; returns the results,
+    JSON-ready: the models' accuracies, every point of every curve, the main rows and the comparisons."""
+    from tqdm import tqdm
+
+    from pydsz.prune import prune_model
+
+    if not (isinstance(max_loss, (int, float)) and 0 < max_loss < 1):
+        raise InputError(f"max-loss {max_loss}: must be in (0, 1) (0.003 is 0.3 points of top-1)")
+    if (train is None) != (sparsity is None):
+        raise InputError("pruning needs both the training data (--train) and the sparsity (--sparsity); "
+                         "give neither to bench an already pruned model")
+    budgets = sorted(set(budgets_for(max_loss) if budgets is None else budgets) | {max_loss})
+    if any(not 0 < b < 1 for b in budgets):
+        raise InputError(f"budgets {budgets}: each must be in (0, 1)")
+    sz3.compress(np.zeros(1, np.float32), 1.0)  # fail early, before pruning, without h5py/hdf5plugin
+    original = bytes(tflite_bytes)
+    info: dict = {"model": title, "max_loss": max_loss, "budgets": budgets,
+                  "samples": {"val": int(len(val[1])), "test": int(len(test[1]))}}
+    orig_val, orig_test = (runtime.accuracy(original, *d, num_threads=num_threads) for d in (val, test))
+    info["original"] = {"val_top1": orig_val, "test_top1": orig_test, "file_bytes": len(original)}
+    pruned, prune_s = original, 0.0
+    if train is not None:
+        start = time.perf_counter()
+        pruned = prune_model(original, train, val, sparsity, epochs=epochs, distill=distill, progress=progress,
+                             num_threads=num_threads).tflite
+        prune_s = time.perf_counter() - start
+    bench = _Bench(pruned, val, test, num_threads)
+    pruned_val, pruned_test = bench.accuracy(pruned)
+    info["pruned"] = {
+        "val_top1": pruned_val, "test_top1": pruned_test, "prune_s": prune_s, "file_bytes": len(pruned),
+        "zstd19_file_bytes": len(lossless.zstd19(pruned)),
+        "sparsity": {name: 1 - np.count_nonzero(w) / w.size for name, w in bench.weights.items()},
+    }
+    info.update(fc_original_bytes=bench.fc_original_bytes, rest_bytes=bench.rest_bytes,
+                layers={name: list(w.shape) for name, w in bench.weights.items()})
+
+    total = 2 * len(budgets) + len(clusters) + len(bits) + 2
+    with tqdm(total=total, desc="bench", unit="point", disable=not progress, leave=False) as bar:
+        points = _ours(bench, budgets, orig_val, bar)
+        points += _deepsz(bench, budgets, orig_val, pruned_val, bar)
+        points += _codec_points(bench, DC, "clusters", deep_compression, clusters, bar)
+        points += _codec_points(bench, INT, "bits", quantized, bits, bar)
+        points += _codec_points(bench, FLOAT16, "-", quantized, [quantized.FLOAT16], bar)
+        points += _codec_points(bench, LOSSLESS, "-", lossless, [None], bar)
+    for p in points:
+        p["val_loss"], p["test_loss"] = orig_val - p["val_top1"], orig_test - p["test_top1"]
+    info["points"] = points
+    main = {OURS: max_loss, DEEPSZ: max_loss, DC: 32 if 32 in clusters else clusters[-1],
+            INT: 8 if 8 in bits else bits[-1], FLOAT16: quantized.FLOAT16, LOSSLESS: None}
+    info["main"] = [next(i for i, p in enumerate(points) if p["method"] == m and p["setting"] == s)
+                    for m, s in main.items()]
+    info["comparisons"] = compare(points, [points[i] for i in info["main"]])
+    return info
+
+
+def ours_at(points: Sequence[dict], loss: float) -> Optional[dict]:
+    """pydsz's point of highest ratio whose test loss is at most `loss` (None if none is)."""
+    # the tolerance absorbs float noise in differences of accuracies (0.9145 - 0.9115 > 0.003)
+    within = [p for p in points if p["method"] == OURS and p["test_loss"] <= loss + 1e-9]
+    return max(within, key=lambda p: p["ratio"], default=None)
+
+
+def ours_interpolated(points: Sequence[dict], loss: float) -> Optional[float]:
+    """pydsz's ratio at `loss` read off its curve: the upper envelope of its points (ratio against
+    test loss), linear between them; None below its least loss. Test losses are noisy (a sample
+    in 10,000 is 0.01 points), so this complements ours_at, which needs a point at or below."""
+    envelope: list[tuple[float, float]] = []
+    for p in sorted((p for p in points if p["method"] == OURS), key=lambda p: p["test_loss"]):
+        if not envelope or p["ratio"] > envelope[-1][1]:
+            envelope.append((p["test_loss"], p["ratio"]))
+    if not envelope or loss < envelope[0][0] - 1e-9:
+        return None
+    for (l0, r0), (l1, r1) in zip(envelope, envelope[1:]):
+        if loss < l1:
+            return r0 + (r1 - r0) * max(0.0, loss - l0) / (l1 - l0)
+    return envelope[-1][1]
+
+
+def compare(points: Sequence[dict], main: Sequence[dict]) -> dict:
+    """pydsz's ratio over each baseline's at equal test loss (pydsz's best point losing no more),
+    at the baselines' main settings, and over every point of every other curve."""
+    rows = []
+    for p in points:
+        if p["method"] == OURS:
+            continue
+        ours = ours_at(points, p["test_loss"])
+        rows.append({"method": p["method"], "setting": p["setting"], "ratio": p["ratio"],
+                     "test_loss": p["test_loss"], "main": any(p is m for m in main),
+                     "ours_ratio": ours["ratio"] if ours else None, "ours_setting": ours["setting"] if ours else None,
+                     "advantage": ours["ratio"] / p["ratio"] if ours else None,
+                     "advantage_interpolated": _over(ours_interpolated(points, p["test_loss"]), p["ratio"])})
+    targets = []
+    for method, factor in TARGETS.items():
+        row = next(r for r in rows if r["method"] == method and r["main"])
+        targets.append({"target": f"pydsz >= {factor:g}x {method} at equal test loss", "method": method,
+                        "advantage": row["advantage"], "advantage_interpolated": row["advantage_interpolated"],
+                        "met": row["advantage"] is not None and row["advantage"] >= factor})
+    below = [r for r in rows if r["advantage"] is None or r["advantage"] < 1]
+    targets.append({"target": "pydsz's curve above every other curve", "met": not below,
+                    "not_above": [f"{r['method']} {r['setting']}" for r in below]})
+    return {"points": rows, "targets": targets}
+
+
+def _over(ratio: Optional[float], other: float) -> Optional[float]:
+    return None if ratio is None else ratio / other
+
+
+def _setting(p: dict) -> str:
+    if p["knob"] == "-":
+        return "-"
+    return f"{p['knob']} {p['setting']:g}" if isinstance(p["setting"], float) else f"{p['knob']} {p['setting']}"
+
+
+def main_table(info: dict) -> str:
+    """One row per method at its main setting."""
+    rows = []
+    for i in info["main"]:
+        p = info["points"][i]
+        rows.append([p["method"], _setting(p), p["fc_bytes"], p["file_bytes"], f"{p['ratio']:.1f}x",
+                     f"{100 * p['val_top1']:.2f}%", f"{100 * p['test_top1']:.2f}%", f"{100 * p['test_loss']:+.2f}",
+                     f"{p['encode_s']:.2f}", f"{p['decode_s']:.4f}"])
+    return format_table(["method", "setting", "FC bytes", "file bytes", "ratio", "val top-1", "test top-1",
+                         "test loss", "encode s", "decode s"], rows)
+
+
+def sweep_table(info: dict) -> str:
+    """Every point of every curve: ratio and losses (points of top-1, from the model as given)."""
+    rows = [[p["method"], _setting(p), f"{p['ratio']:.1f}x", f"{100 * p['val_loss']:+.2f}",
+             f"{100 * p['test_loss']:+.2f}"] for p in info["points"]]
+    return format_table(["method", "setting", "ratio", "val loss", "test loss"], rows)
+
+
+def summary_lines(info: dict) -> list[str]:
+    o, p = info["original"], info["pruned"]
+    lines = [f"{info['model']}: top-1 val/test {100 * o['val_top1']:.2f}%/{100 * o['test_top1']:.2f}% as given, "
+             f"{100 * p['val_top1']:.2f}%/{100 * p['test_top1']:.2f}% pruned ("
+             + ", ".join(f"{k}={v:.3f}" for k, v in p["sparsity"].items())
+             + f"); FC layers {info['fc_original_bytes']} bytes dense float32; the rest of the model "
+             f"{info['rest_bytes']} bytes (zstd-19); zstd-19 of the whole pruned file {p['zstd19_file_bytes']} bytes"]
+    for t in info["comparisons"]["targets"]:
+        if "advantage" in t:
+            adv = "no pydsz point at that loss" if t["advantage"] is None else f"{t['advantage']:.2f}x"
+            if t["advantage_interpolated"] is not None:
+                adv += f" ({t['advantage_interpolated']:.2f}x on pydsz's curve interpolated to that loss)"
+            lines.append(f"{'MET' if t['met'] else 'NOT MET'}  {t['target']}: {adv}")
+        else:
+            missing = f" (not above: {', '.join(t['not_above'])})" if t["not_above"] else ""
+            lines.append(f"{'MET' if t['met'] else 'NOT MET'}  {t['target']}{missing}")
+    return lines
+
+
+def plot(info: dict, path) -> None:
+    """Ratio (log) vs test loss, one curve per method, each point labelled with its setting."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for method in dict.fromkeys(p["method"] for p in info["points"]):
+        pts = [p for p in info["points"] if p["method"] == method]
+        knob = pts[0]["knob"]
+        label = method if knob == "-" else f"{method} (over {knob})"
+        xs, ys = [100 * p["test_loss"] for p in pts], [p["ratio"] for p in pts]
+        ax.plot(xs, ys, "o-" if len(pts) > 1 else "s", ms=4, lw=2.2 if method == OURS else 1.2, label=label)
+        if knob != "-":
+            for p, x, y in zip(pts, xs, ys):
+                ax.annotate(f"{p['setting']:g}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.axvline(100 * info["max_loss"], color="gray", ls="--", lw=1, label=f"--max-loss {100 * info['max_loss']:g}")
+    pruned_loss = 100 * (info["original"]["test_top1"] - info["pruned"]["test_top1"])
+    ax.axvline(pruned_loss, color="gray", ls=":", lw=1, label="pruned, uncompressed")
+    ax.set_yscale("log")
+    ax.set_xlabel("top-1 loss on the test split (points, from the model before pruning)")
+    ax.set_ylabel("FC layers: dense float32 bytes / stored bytes")
+    ax.set_title(f"{info['model']}: every method on the same pruned model")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", lw=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    container.write_atomic(path, buf.getvalue())
+
+
+def write_report(info: dict, json_path, png_path) -> list[Path]:
+    """The results as JSON and the curves as PNG (each written whole or not at all)."""
+    for path in (json_path, png_path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    container.write_atomic(json_path, json.dumps(info, indent=1, default=_json).encode())
+    plot(info, png_path)
+    return [Path(json_path), Path(png_path)]
+
+
+def _json(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -1,0 +1,147 @@
+"""`dsz bench`: every method on the same pruned model, measured the same way; the comparisons."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pydsz import bench, runtime
+from pydsz.data import bundled, load_npz
+from pydsz.errors import InputError
+from pydsz.model import TFLiteModel
+from pydsz.prune import magnitude_mask
+
+pytestmark = pytest.mark.runtime
+
+SAMPLES = 500
+
+
+@pytest.fixture(scope="module")
+def pruned():
+    """LeNet-300-100 magnitude-pruned without retraining: a pruned model, quickly."""
+    model = TFLiteModel(bundled("lenet300.tflite").read_bytes())
+    sparsity = {"fc1": 0.9, "fc2": 0.9, "fc3": 0.5}
+    return model.replace({n: np.where(magnitude_mask(model.weight(n), s), model.weight(n), 0) for n, s in sparsity.items()})
+
+
+@pytest.fixture(scope="module")
+def splits():
+    (x, y), (xt, yt) = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
+    return (x[:SAMPLES], y[:SAMPLES]), (xt[:SAMPLES], yt[:SAMPLES])
+
+
+@pytest.fixture(scope="module")
+def info(pruned, splits):
+    pytest.importorskip("hdf5plugin")  # SZ3, for the DeepSZ baseline: the `bench` extra
+    return bench.run(pruned, *splits, 0.01, budgets=[0.01], clusters=[8, 32], bits=[8])
+
+
+def test_every_method_has_its_points(info):
+    methods = [p["method"] for p in info["points"]]
+    assert methods == [bench.OURS, bench.DEEPSZ, bench.DC, bench.DC, bench.INT, bench.FLOAT16, bench.LOSSLESS]
+    assert [info["points"][i]["method"] for i in info["main"]] == list(dict.fromkeys(methods))
+
+
+def test_sizes_and_ratios_add_up(info):
+    for p in info["points"]:
+        if p["method"] != bench.OURS:
+            assert p["fc_bytes"] == sum(p["layer_bytes"].values())
+            assert p["file_bytes"] == info["rest_bytes"] + p["fc_bytes"]
+        assert p["ratio"] == pytest.approx(info["fc_original_bytes"] / p["fc_bytes"])
+    assert info["fc_original_bytes"] == 4 * (784 * 300 + 300 * 100 + 100 * 10)
+
+
+def test_each_method_decodes_within_its_own_error(info):
+    by = {(p["method"], p["setting"]): p for p in info["points"]}
+    assert by[bench.LOSSLESS, None]["max_error"] == 0
+    assert by[bench.FLOAT16, "float16"]["max_error"] < 1e-3
+    deepsz = by[bench.DEEPSZ, 0.01]
+    assert deepsz["max_error"] <= max(deepsz["detail"]["bounds"].values())
+    ours = by[bench.OURS, 0.01]
+    assert ours["max_error"] <= max(ours["detail"]["bounds"].values()) + 1e-7
+
+
+def test_accuracy_is_the_interpreters_on_the_decoded_model(info, pruned, splits):
+    val, test = splits
+    lossless = next(p for p in info["points"] if p["method"] == bench.LOSSLESS)
+    assert lossless["val_top1"] == runtime.accuracy(pruned, *val) == info["pruned"]["val_top1"]
+    assert lossless["test_top1"] == runtime.accuracy(pruned, *test)
+    assert lossless["test_loss"] == pytest.approx(info["original"]["test_top1"] - lossless["test_top1"])
+
+
+def test_ours_beats_lossless_and_deepsz_respects_its_grid(info):
+    by = {p["method"]: p for p in info["points"]}
+    assert by[bench.OURS]["ratio"] > by[bench.LOSSLESS]["ratio"]
+    assert set(by[bench.DEEPSZ]["detail"]["bounds"].values()) <= set(bench.deepsz.GRID)
+
+
+def point(method, setting, ratio, loss):
+    return {"method": method, "setting": setting, "ratio": ratio, "test_loss": loss}
+
+
+def test_comparison_takes_our_best_point_losing_no_more():
+    ours = [point(bench.OURS, 0.003, 50.0, 0.004), point(bench.OURS, 0.006, 60.0, 0.006)]
+    deepsz, dc = point(bench.DEEPSZ, 0.003, 35.0, 0.005), point(bench.DC, 32, 40.0, 0.0065)
+    result = bench.compare(ours + [deepsz, dc], [deepsz, dc])
+    rows = {r["method"]: r for r in result["points"]}
+    assert rows[bench.DEEPSZ]["advantage"] == pytest.approx(50 / 35)
+    assert rows[bench.DC]["advantage"] == pytest.approx(60 / 40)
+    targets = {t["target"]: t["met"] for t in result["targets"]}
+    assert list(targets.values()) == [True, True, True]
+
+
+def test_comparison_says_where_our_curve_is_not_above():
+    ours = [point(bench.OURS, 0.003, 50.0, 0.004)]
+    others = [point(bench.DEEPSZ, 0.003, 35.0, 0.005), point(bench.DC, 4, 70.0, 0.01), point(bench.DC, 32, 45.0, 0.002)]
+    result = bench.compare(ours + others, [others[0], others[2]])
+    curve = result["targets"][-1]
+    assert not curve["met"] and curve["not_above"] == ["Deep Compression 4", "Deep Compression 32"]
+    assert result["targets"][1]["advantage"] is None  # no point of ours loses as little as DC 32
+
+
+def test_report_writes_json_and_png(info, tmp_path):
+    paths = bench.write_report(info, tmp_path / "b.json", tmp_path / "b.png")
+    assert json.loads(paths[0].read_text())["model"] == "model"
+    assert paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = bench.main_table(info) + bench.sweep_table(info) + "\n".join(bench.summary_lines(info))
+    assert "Deep Compression" in text and "clusters 32" in text
+
+
+def test_pruning_needs_both_train_and_sparsity(pruned, splits):
+    with pytest.raises(InputError, match="--train"):
+        bench.run(pruned, *splits, 0.01, sparsity=0.9)
+
+
+def dsz(*args):
+    return subprocess.run([sys.executable, "-m", "pydsz.cli", *map(str, args)], capture_output=True, text=True)
+
+
+def test_cli_user_error_is_one_line_and_writes_nothing(tmp_path):
+    val, test = bundled("fmnist_val.npz"), bundled("fmnist_test.npz")
+    result = dsz("bench", bundled("lenet300.tflite"), "--data", val, "--test", test, "--sparsity", "0.9",
+                 "--report", tmp_path / "r")
+    assert result.returncode == 1 and result.stderr.startswith("dsz: error: ") and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_prints_the_table_and_writes_the_report(pruned, splits, tmp_path):
+    pytest.importorskip("hdf5plugin")
+    model = tmp_path / "pruned.tflite"
+    model.write_bytes(pruned)
+    for name, (x, y) in zip(("val", "test"), splits):
+        np.savez(tmp_path / f"{name}.npz", x=x, y=y)
+    result = dsz("bench", model, "--data", tmp_path / "val.npz", "--test", tmp_path / "test.npz", "--max-loss", "0.01",
+                 "--budgets", "0.01", "--report", tmp_path / "r", "-q")
+    assert result.returncode == 0, result.stderr
+    assert "DeepSZ" in result.stdout and "lossless zstd-19" in result.stdout and "file bytes" in result.stdout
+    assert json.loads((tmp_path / "r" / "bench.json").read_text())["budgets"] == [0.01]
+    assert (tmp_path / "r" / "bench.png").stat().st_size > 0
+
+
+def test_interpolation_reads_our_curve_between_points():
+    ours = [point(bench.OURS, 1, 50.0, 0.004), point(bench.OURS, 2, 40.0, 0.005), point(bench.OURS, 3, 60.0, 0.006)]
+    assert bench.ours_interpolated(ours, 0.003) is None
+    assert bench.ours_interpolated(ours, 0.005) == pytest.approx(55.0)  # 40x at 0.005 is under the envelope
+    assert bench.ours_interpolated(ours, 0.01) == 60.0
