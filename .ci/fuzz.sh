@@ -37,7 +37,7 @@ fuzz_c() {
 }
 fuzz_python() {
     mkdir -p "$out/corpus_load" "$out/artifacts_load"
-    "$python" tests/fuzz_load.py -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+    "$python" tests/fuzz_load.py -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$out/artifacts_load/" "$out/corpus_load" \
         libdsz/fuzz/corpus/dsz libdsz/fuzz/corpus/array libdsz/fuzz/corpus/sparse >"$out/load.log" 2>&1
 }

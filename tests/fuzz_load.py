@@ -8,7 +8,10 @@ CRC-32s made right again, so that they reach the table and the streams instead o
 the checksum.
 
     pip install atheris
-    python tests/fuzz_load.py -max_total_time=60 -max_len=65536 libdsz/fuzz/corpus/dsz
+    python tests/fuzz_load.py -max_total_time=60 -max_len=8192 libdsz/fuzz/corpus/dsz
+
+-max_len bounds what a zstd-wrapped section may legitimately inflate to (up to 32768 times its
+size), which -rss_limit_mb (default 2048) would otherwise report as a finding.
 
 Not collected by pytest (no test_ prefix); tests/test_fuzz_replay.py replays the committed
 corpus through exercise() without atheris.

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # A long fuzzing campaign of one target, at the lowest priority, one process:
 #   libdsz/fuzz/campaign.sh TARGET SECONDS [RUNS]
-# stops after SECONDS or RUNS inputs, whichever comes first; the log goes to
+# TARGET: header, array, sparse, index, roundtrip (libFuzzer), or load (tests/fuzz_load.py under
+# atheris, with $PYTHON, default python3, which must import pydsz and atheris).
+# Stops after SECONDS or RUNS inputs, whichever comes first; the log goes to
 # build/campaign_TARGET.log and a record (executions, time, exec/s, findings) is appended to
 # campaigns.json. Exits non-zero if the fuzzer found anything (build/artifacts_TARGET/).
 set -euo pipefail
 cd "$(dirname "$0")"
 target=$1 seconds=$2 runs=${3:--1}
-make -s build/fuzz_"$target"
 log=build/campaign_"$target".log
+mkdir -p build/corpus_"$target" build/artifacts_"$target"
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 rc=0
-nice -n 19 make -s run T="$target" TIME="$seconds" RUNS="$runs" >"$log" 2>&1 || rc=$?
+if [ "$target" = load ]; then
+    nice -n 19 "${PYTHON:-python3}" ../../tests/fuzz_load.py -max_total_time="$seconds" -runs="$runs" \
+        -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -artifact_prefix=build/artifacts_load/ build/corpus_load corpus/dsz corpus/array corpus/sparse \
+        >"$log" 2>&1 || rc=$?
+else
+    make -s build/fuzz_"$target"
+    nice -n 19 make -s run T="$target" TIME="$seconds" RUNS="$runs" >"$log" 2>&1 || rc=$?
+fi
 python3 - "$target" "$log" "$started" "$rc" <<'PY'
 import json, os, re, subprocess, sys
 target, log, started, rc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
