@@ -6,6 +6,10 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+# the decoders write host-order floats into little-endian .tflite buffers (doc/format.md)
+if sys.byteorder != "little":
+    sys.exit("pydsz supports little-endian hosts only (x86-64, ARM, RISC-V); big-endian hosts are out of scope")
+
 # -O3 for the decoder's hot loops; MSVC takes its own flags
 extra = [] if sys.platform == "win32" else ["-O3", "-std=c99", "-Wall", "-Wextra"]
 

@@ -1,7 +1,8 @@
 """pydsz: DeepSZ, error-bounded lossy compression of neural network weights.
 
-The decoder needs numpy and zstandard only; encoding models also needs the `tflite` package
-(pip install pydsz[tools]).
+`pip install pydsz` is the decoder: numpy, zstandard and the compiled extension, enough to turn a
+.dsz back into .tflite bytes; decoding imports nothing more. Encoding models needs the encoder side
+(pip install pydsz[server]); running them a TFLite runtime (pydsz[litert] or pydsz[tflite]).
 """
 from .codec import compress_array, decode_sparse, decompress_array, encode_sparse, sparse_info
 from .container import DszModel, load, pack_model, write_model

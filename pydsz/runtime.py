@@ -24,7 +24,7 @@ RUNTIMES = {
     "tensorflow": ("tensorflow", "lite.Interpreter"),  # the public tf.lite, not the tensorflow.lite package
 }
 _INSTALL_HINT = ("install one: pip install pydsz[litert] (ai-edge-litert), "
-                 "pip install tflite-runtime (needs numpy < 2) or pip install tensorflow")
+                 "pip install pydsz[tflite] (tflite-runtime with numpy < 2; 32-bit ARM too) or pip install tensorflow")
 
 DEFAULT_BATCH = 256
 
