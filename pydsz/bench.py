@@ -43,7 +43,7 @@ OURS, DEEPSZ, DC, INT, FLOAT16, LOSSLESS = ("pydsz", "DeepSZ", "Deep Compression
 CLUSTERS = (4, 8, 16, 32, 64)
 BITS = (4, 5, 6, 8)
 # the budgets swept by pydsz and DeepSZ, as multiples of --max-loss
-BUDGET_FACTORS = (0.5, 1, 2, 4)
+BUDGET_FACTORS = (0.5, 0.75, 1, 1.5, 2, 4)
 # what the issue asks of pydsz at equal test loss
 TARGETS = {DEEPSZ: 1.3, DC: 1.5}
 
@@ -113,7 +113,8 @@ def _ours(bench: _Bench, budgets, reference: float, bar) -> list[dict]:
         streams = {e.name: e.stream for e in container.load(result.dsz).entries}
         out.append(bench.point(OURS, "max-loss", budget, streams, lambda: container.load(result.dsz).weights(), encode_s,
                                fc_bytes=sum(l.stream_bytes for l in result.layers), file_bytes=len(result.dsz),
-                               detail={"bounds": {l.name: l.bound for l in result.layers}}))
+                               detail={"bounds": {l.name: l.bound for l in result.layers},
+                                       "data_index_bytes": {l.name: [l.data_bytes, l.index_bytes] for l in result.layers}}))
         bar.update()
     return out
 
@@ -129,8 +130,11 @@ def _deepsz(bench: _Bench, budgets, reference: float, pruned_val: float, bar) ->
         start = time.perf_counter()
         bounds = deepsz.choose(table, allowed_samples(budget, reference, pruned_val, n), n)
         chosen = {name: streams[name, bound] for name, bound in bounds.items()}
+        sections = {name: next([p.data_bytes, p.index_bytes] for p in table[name] if p.bound == bound)
+                    for name, bound in bounds.items()}
         out.append(bench.point(DEEPSZ, "max-loss", budget, chosen, _decoder(deepsz, chosen),
-                               assess_s + time.perf_counter() - start, detail={"bounds": bounds}))
+                               assess_s + time.perf_counter() - start,
+                               detail={"bounds": bounds, "data_index_bytes": sections}))
         bar.update()
     return out
 

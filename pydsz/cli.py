@@ -223,7 +223,7 @@ def _add_bench_command(sub) -> None:
     p.add_argument("--max-loss", type=float, default=0.003,
                    help="the main top-1 loss budget, counted from the model as given (default 0.003)")
     p.add_argument("--budgets", type=_budgets, default=None,
-                   help="loss budgets swept by pydsz and DeepSZ (default: 0.5, 1, 2 and 4 times --max-loss)")
+                   help="loss budgets swept by pydsz and DeepSZ (default: 0.5, 0.75, 1, 1.5, 2 and 4 times --max-loss)")
     p.add_argument("--report", metavar="DIR", help="write bench.json and bench.png (ratio vs test loss) there")
     p.add_argument("--sweep", action="store_true", help="also print every point of every curve")
     p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
