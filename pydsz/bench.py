@@ -23,7 +23,6 @@ the FC bytes; for pydsz it is the .dsz file's size. Encode seconds include each 
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
@@ -111,10 +110,11 @@ def _ours(bench: _Bench, budgets, reference: float, bar) -> list[dict]:
         encode_s = time.perf_counter() - start
         # tensors kept lossless live in the .dsz's zstd rest; they count with their zstd size
         streams = {e.name: e.stream for e in container.load(result.dsz).entries}
-        out.append(bench.point(OURS, "max-loss", budget, streams, lambda: container.load(result.dsz).weights(), encode_s,
-                               fc_bytes=sum(l.stream_bytes for l in result.layers), file_bytes=len(result.dsz),
-                               detail={"bounds": {l.name: l.bound for l in result.layers},
-                                       "data_index_bytes": {l.name: [l.data_bytes, l.index_bytes] for l in result.layers}}))
+        layers = result.layers
+        out.append(bench.point(OURS, "max-loss", budget, streams, lambda: container.load(result.dsz).weights(),
+                               encode_s, fc_bytes=sum(l.stream_bytes for l in layers), file_bytes=len(result.dsz),
+                               detail={"bounds": {l.name: l.bound for l in layers},
+                                       "data_index_bytes": {l.name: [l.data_bytes, l.index_bytes] for l in layers}}))
         bar.update()
     return out
 
@@ -346,14 +346,7 @@ def write_report(info: dict, json_path, png_path) -> list[Path]:
     """The results as JSON and the curves as PNG (each written whole or not at all)."""
     for path in (json_path, png_path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    container.write_atomic(json_path, json.dumps(info, indent=1, default=_json).encode())
+    container.write_atomic(json_path, json.dumps(info, indent=1).encode())
     plot(info, png_path)
     return [Path(json_path), Path(png_path)]
 
-
-def _json(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -199,15 +199,17 @@ def cmd_bench(args) -> None:
     if args.report:
         directory = os.path.join(args.report, "")
         bench.write_report(info, directory + "bench.json", directory + "bench.png")
-    print(bench.summary_lines(info)[0])
+    summary = bench.summary_lines(info)
+    print(summary[0])
     print(bench.main_table(info))
-    print("\n".join(bench.summary_lines(info)[1:]))
+    print("\n".join(summary[1:]))
     if args.sweep:
         print(bench.sweep_table(info))
 
 
 def _add_bench_command(sub) -> None:
-    p = sub.add_parser("bench", help="pydsz against DeepSZ, Deep Compression, quantization and zstd on one pruned model",
+    p = sub.add_parser("bench",
+                       help="pydsz against DeepSZ, Deep Compression, quantization and zstd on one pruned model",
                        description="Prune once (with --train and --sparsity; else the model is taken as pruned), "
                        "then compress its FC layers with every method, each swept over its knob, and measure "
                        "every decoded model with the interpreter on the validation and test splits.")

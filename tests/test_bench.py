@@ -23,7 +23,8 @@ def pruned():
     """LeNet-300-100 magnitude-pruned without retraining: a pruned model, quickly."""
     model = TFLiteModel(bundled("lenet300.tflite").read_bytes())
     sparsity = {"fc1": 0.9, "fc2": 0.9, "fc3": 0.5}
-    return model.replace({n: np.where(magnitude_mask(model.weight(n), s), model.weight(n), 0) for n, s in sparsity.items()})
+    return model.replace({n: np.where(magnitude_mask(model.weight(n), s), model.weight(n), 0)
+                          for n, s in sparsity.items()})
 
 
 @pytest.fixture(scope="module")

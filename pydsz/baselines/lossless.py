@@ -13,13 +13,6 @@ from pydsz.baselines import pack_shape, unpack_shape
 from pydsz.errors import FormatError
 
 LEVEL = 19
-# DeepSZ compresses each index array with whichever general-purpose compressor does best
-_CODECS = {
-    1: (lambda b: zstandard.ZstdCompressor(level=LEVEL).compress(b), lambda b: zstandard.ZstdDecompressor().decompress(b)),
-    2: (lambda b: lzma.compress(b, preset=9), lzma.decompress),
-    3: (lambda b: bz2.compress(b, 9), bz2.decompress),
-    4: (lambda b: zlib.compress(b, 9), zlib.decompress),
-}
 
 
 def zstd19(raw: bytes) -> bytes:
@@ -33,6 +26,15 @@ def unzstd(buf: bytes) -> bytes:
         raise FormatError(f"zstd section: {exc}") from None
 
 
+# DeepSZ compresses each index array with whichever general-purpose compressor does best
+_CODECS = {
+    1: (zstd19, unzstd),
+    2: (lambda b: lzma.compress(b, preset=9), lzma.decompress),
+    3: (lambda b: bz2.compress(b, 9), bz2.decompress),
+    4: (lambda b: zlib.compress(b, 9), zlib.decompress),
+}
+
+
 def best_fit(raw: bytes) -> bytes:
     """The smallest of zstd -19, lzma, bz2 and zlib on raw, behind a one-byte codec id."""
     return min((bytes([cid]) + enc(raw) for cid, (enc, _) in _CODECS.items()), key=len)
@@ -44,7 +46,7 @@ def unfit(buf: bytes) -> bytes:
         raise FormatError("best-fit section: unknown codec id")
     try:
         return _CODECS[buf[0]][1](bytes(buf[1:]))
-    except (zstandard.ZstdError, lzma.LZMAError, OSError, ValueError, zlib.error) as exc:
+    except (lzma.LZMAError, OSError, ValueError, zlib.error) as exc:
         raise FormatError(f"best-fit section: {exc}") from None
 
 
