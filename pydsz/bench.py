@@ -207,7 +207,7 @@ def run(
             INT: 8 if 8 in bits else bits[-1], FLOAT16: quantized.FLOAT16, LOSSLESS: None}
     info["main"] = [next(i for i, p in enumerate(points) if p["method"] == m and p["setting"] == s)
                     for m, s in main.items()]
-    info["comparisons"] = compare(points, [points[i] for i in info["main"]])
+    info["comparisons"] = compare(points, _main(info))
     return info
 
 
@@ -253,9 +253,10 @@ def compare(points: Sequence[dict], main: Sequence[dict]) -> dict:
         targets.append({"target": f"pydsz >= {factor:g}x {method} at equal test loss", "method": method,
                         "advantage": row["advantage"], "advantage_interpolated": row["advantage_interpolated"],
                         "met": row["advantage"] is not None and row["advantage"] >= factor})
-    below = [r for r in rows if r["advantage"] is None or r["advantage"] < 1]
-    targets.append({"target": "pydsz's curve above every other curve", "met": not below,
-                    "not_above": [f"{r['method']} {r['setting']}" for r in below]})
+    below = [f"{r['method']} {r['setting']}" for r in rows if r["advantage"] is not None and r["advantage"] < 1]
+    outside = [f"{r['method']} {r['setting']}" for r in rows if r["advantage"] is None]
+    targets.append({"target": "pydsz's curve above every other curve", "met": not below and not outside,
+                    "not_above": below, "loses_less_than_any_pydsz_point": outside})
     return {"points": rows, "targets": targets}
 
 
@@ -269,11 +270,14 @@ def _setting(p: dict) -> str:
     return f"{p['knob']} {p['setting']:g}" if isinstance(p["setting"], float) else f"{p['knob']} {p['setting']}"
 
 
+def _main(info: dict) -> list[dict]:
+    return [info["points"][i] for i in info["main"]]
+
+
 def main_table(info: dict) -> str:
     """One row per method at its main setting."""
     rows = []
-    for i in info["main"]:
-        p = info["points"][i]
+    for p in _main(info):
         rows.append([p["method"], _setting(p), p["fc_bytes"], p["file_bytes"], f"{p['ratio']:.1f}x",
                      f"{100 * p['val_top1']:.2f}%", f"{100 * p['test_top1']:.2f}%", f"{100 * p['test_loss']:+.2f}",
                      f"{p['encode_s']:.2f}", f"{p['decode_s']:.4f}"])
@@ -295,15 +299,22 @@ def summary_lines(info: dict) -> list[str]:
              + ", ".join(f"{k}={v:.3f}" for k, v in p["sparsity"].items())
              + f"); FC layers {info['fc_original_bytes']} bytes dense float32; the rest of the model "
              f"{info['rest_bytes']} bytes (zstd-19); zstd-19 of the whole pruned file {p['zstd19_file_bytes']} bytes"]
+    ours = [p for p in info["points"] if p["method"] == OURS]
+    least = min(ours, key=lambda p: (p["test_loss"], -p["ratio"]))
     for t in info["comparisons"]["targets"]:
         if "advantage" in t:
-            adv = "no pydsz point at that loss" if t["advantage"] is None else f"{t['advantage']:.2f}x"
+            main = next(p for p in info["points"] if p["method"] == t["method"] and p in _main(info))
+            adv = (f"{t['advantage']:.2f}x" if t["advantage"] is not None else
+                   f"no pydsz point loses as little as {100 * main['test_loss']:+.2f} "
+                   f"(the least: {least['ratio']:.1f}x at {100 * least['test_loss']:+.2f}, {main['ratio']:.1f}x for {t['method']})")
             if t["advantage_interpolated"] is not None:
                 adv += f" ({t['advantage_interpolated']:.2f}x on pydsz's curve interpolated to that loss)"
             lines.append(f"{'MET' if t['met'] else 'NOT MET'}  {t['target']}: {adv}")
         else:
-            missing = f" (not above: {', '.join(t['not_above'])})" if t["not_above"] else ""
-            lines.append(f"{'MET' if t['met'] else 'NOT MET'}  {t['target']}{missing}")
+            where = [f"{what}: {', '.join(t[key])}" for key, what in
+                     (("not_above", "below it"), ("loses_less_than_any_pydsz_point", "losing less than any pydsz point"))
+                     if t[key]]
+            lines.append(f"{'MET' if t['met'] else 'NOT MET'}  {t['target']}" + (f" ({'; '.join(where)})" if where else ""))
     return lines
 
 

@@ -98,7 +98,8 @@ def test_comparison_says_where_our_curve_is_not_above():
     others = [point(bench.DEEPSZ, 0.003, 35.0, 0.005), point(bench.DC, 4, 70.0, 0.01), point(bench.DC, 32, 45.0, 0.002)]
     result = bench.compare(ours + others, [others[0], others[2]])
     curve = result["targets"][-1]
-    assert not curve["met"] and curve["not_above"] == ["Deep Compression 4", "Deep Compression 32"]
+    assert not curve["met"] and curve["not_above"] == ["Deep Compression 4"]
+    assert curve["loses_less_than_any_pydsz_point"] == ["Deep Compression 32"]
     assert result["targets"][1]["advantage"] is None  # no point of ours loses as little as DC 32
 
 
