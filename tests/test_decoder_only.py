@@ -63,21 +63,25 @@ _DECODE_AND_LIST = """
 import hashlib, json, sys
 import pydsz
 from edge_demo.__main__ import main
+from pydsz.cli import main as dsz
 
-fixture, model = sys.argv[1:3]
+fixture, model, out = sys.argv[1:4]
 m = pydsz.load(model)
 m.weights(), m.info()
-rc = main([model])
-print(json.dumps({"rc": rc, "fixture_sha256": hashlib.sha256(pydsz.load(fixture).tflite_bytes()).hexdigest(),
+rcs = [main([model]), dsz(["info", model]), dsz(["decompress", model, "-o", out])]
+print(json.dumps({"rcs": rcs, "fixture_sha256": hashlib.sha256(pydsz.load(fixture).tflite_bytes()).hexdigest(),
                   "modules": sorted(sys.modules)}))
 """
 
 
 def test_decoding_imports_no_server_module(lenet_dsz, device_dir):
-    r = run_python(_DECODE_AND_LIST, FIXTURES / "shared-v1.dsz", lenet_dsz, cwd=device_dir)
+    # the library, edge_demo, and the dsz commands a device uses
+    r = run_python(_DECODE_AND_LIST, FIXTURES / "shared-v1.dsz", lenet_dsz, device_dir / "out.tflite",
+                   cwd=device_dir)
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout.splitlines()[-1])
-    assert result["rc"] == 0
+    assert result["rcs"] == [0, 0, 0]
+    assert (device_dir / "out.tflite").read_bytes() == pydsz.load(lenet_dsz).tflite_bytes()
     assert result["fixture_sha256"] == (FIXTURES / "shared-v1.tflite.sha256").read_text().split()[0]
     imported = [m for m in result["modules"] if any(m == s or m.startswith(s + ".") for s in SERVER_ONLY)]
     assert imported == []
