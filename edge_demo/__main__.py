@@ -54,6 +54,10 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="interpreter threads (default: the runtime's)")
     args = parser.parse_args(argv)
     try:
+        if args.data:  # a bad data file fails before the decoding, not after
+            from pydsz.data import load_npz
+
+            x, y = load_npz(args.data)
         measured = _reset_peak()
         before = _status_bytes("VmRSS")
         t0 = time.perf_counter()
@@ -77,10 +81,8 @@ def main(argv=None) -> int:
         interpreter = None
         if args.data:
             # the interpreter is only needed to classify: decoding works without any runtime
-            from pydsz.data import load_npz
             from pydsz.runtime import make_interpreter
 
-            x, y = load_npz(args.data)
             t1 = time.perf_counter()
             interpreter = make_interpreter(tflite, num_threads=args.threads)
             interpreter.allocate_tensors()
