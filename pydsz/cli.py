@@ -207,6 +207,12 @@ def cmd_bench(args) -> None:
         print(bench.sweep_table(info))
 
 
+def _add_retraining_arguments(p) -> None:
+    p.add_argument("--epochs", type=float, default=8, help="retraining epochs (default 8)")
+    p.add_argument("--distill", type=float, default=0.5,
+                   help="share of the unpruned model's predictions in the training target (default 0.5; 0: labels only)")
+
+
 def _add_bench_command(sub) -> None:
     p = sub.add_parser("bench",
                        help="pydsz against DeepSZ, Deep Compression, quantization and zstd on one pruned model",
@@ -217,9 +223,7 @@ def _add_bench_command(sub) -> None:
     p.add_argument("--train", help="training .npz with arrays x and y (to prune and retrain first)")
     p.add_argument("--sparsity", type=_sparsity, default=None,
                    help="fraction pruned when --train is given: 0.92, fc1=0.92,fc2=0.91, or auto")
-    p.add_argument("--epochs", type=float, default=8, help="retraining epochs (default 8)")
-    p.add_argument("--distill", type=float, default=0.5,
-                   help="share of the unpruned model's predictions in the training target (default 0.5)")
+    _add_retraining_arguments(p)
     p.add_argument("--data", required=True, help="validation .npz: budgets and bounds are decided on it")
     p.add_argument("--test", required=True, help="test .npz: the accuracy every method is judged by")
     p.add_argument("--max-loss", type=float, default=0.003,
@@ -262,9 +266,7 @@ def _add_pipeline_commands(sub) -> None:
     p.add_argument("--data", required=True, help="validation .npz with arrays x and y")
     p.add_argument("--sparsity", type=_sparsity, required=True,
                    help="fraction pruned: 0.92 (every FC layer), fc1=0.92,fc2=0.91, or auto")
-    p.add_argument("--epochs", type=float, default=8, help="retraining epochs (default 8)")
-    p.add_argument("--distill", type=float, default=0.5,
-                   help="share of the unpruned model's predictions in the training target (default 0.5; 0: labels only)")
+    _add_retraining_arguments(p)
     p.add_argument("--auto-budget", type=float, default=0.001,
                    help="validation top-1 loss `auto` may spend, checked after the full retraining (default 0.001)")
     p.add_argument("-o", "--output", required=True, help="output .tflite file")
