@@ -67,24 +67,28 @@ class _Bench:
         return (runtime.accuracy(tflite, *self.val, num_threads=self.num_threads),
                 runtime.accuracy(tflite, *self.test, num_threads=self.num_threads))
 
-    def point(self, method: str, knob: str, setting, streams: Mapping[str, bytes],
-              decode: Callable[[], dict], encode_s: float, fc_bytes: Optional[int] = None,
-              file_bytes: Optional[int] = None, detail: Optional[dict] = None) -> dict:
+    def point(self, method: str, knob: str, setting, layer_bytes: Mapping[str, int],
+              decode: Callable[[], dict], encode_s: float, file_bytes: Optional[int] = None,
+              detail: Optional[dict] = None) -> dict:
         """Decode (timed: `decode` returns the weights by layer name), measure, and describe one
-        point of a method's curve."""
+        point of a method's curve; `layer_bytes`: what each layer takes stored."""
         start = time.perf_counter()
         decoded = decode()
         decode_s = time.perf_counter() - start
         val, test = self.accuracy(self.model.replace(decoded))
-        fc = sum(len(s) for s in streams.values()) if fc_bytes is None else fc_bytes
+        fc = sum(layer_bytes.values())
         return {
             "method": method, "knob": knob, "setting": setting, "fc_bytes": fc,
             "file_bytes": self.rest_bytes + fc if file_bytes is None else file_bytes,
             "ratio": self.fc_original_bytes / fc, "val_top1": val, "test_top1": test,
             "encode_s": encode_s, "decode_s": decode_s,
             "max_error": max(float(np.max(np.abs(decoded[n] - self.weights[n]), initial=0)) for n in decoded),
-            "layer_bytes": {name: len(s) for name, s in streams.items()}, "detail": detail or {},
+            "layer_bytes": dict(layer_bytes), "detail": detail or {},
         }
+
+
+def _sizes(streams: Mapping[str, bytes]) -> dict[str, int]:
+    return {name: len(stream) for name, stream in streams.items()}
 
 
 def _decoder(module, streams: Mapping[str, bytes]) -> Callable[[], dict]:
@@ -96,7 +100,7 @@ def _codec_points(bench: _Bench, method: str, knob: str, module, settings, bar) 
     for setting in settings:
         start = time.perf_counter()
         streams = {name: module.encode(w, setting) for name, w in bench.weights.items()}
-        out.append(bench.point(method, knob, setting, streams, _decoder(module, streams),
+        out.append(bench.point(method, knob, setting, _sizes(streams), _decoder(module, streams),
                                time.perf_counter() - start))
         bar.update()
     return out
@@ -108,11 +112,10 @@ def _ours(bench: _Bench, budgets, reference: float, bar) -> list[dict]:
         start = time.perf_counter()
         result = compress(bench.pruned, *bench.val, budget, reference_top1=reference, num_threads=bench.num_threads)
         encode_s = time.perf_counter() - start
-        # tensors kept lossless live in the .dsz's zstd rest; they count with their zstd size
-        streams = {e.name: e.stream for e in container.load(result.dsz).entries}
         layers = result.layers
-        out.append(bench.point(OURS, "max-loss", budget, streams, lambda: container.load(result.dsz).weights(),
-                               encode_s, fc_bytes=sum(l.stream_bytes for l in layers), file_bytes=len(result.dsz),
+        # a layer kept lossless lives in the .dsz's zstd rest; it counts with its zstd size
+        out.append(bench.point(OURS, "max-loss", budget, {l.name: l.stream_bytes for l in layers},
+                               lambda: container.load(result.dsz).weights(), encode_s, file_bytes=len(result.dsz),
                                detail={"bounds": {l.name: l.bound for l in layers},
                                        "data_index_bytes": {l.name: [l.data_bytes, l.index_bytes] for l in layers}}))
         bar.update()
@@ -132,7 +135,7 @@ def _deepsz(bench: _Bench, budgets, reference: float, pruned_val: float, bar) ->
         chosen = {name: streams[name, bound] for name, bound in bounds.items()}
         sections = {name: next([p.data_bytes, p.index_bytes] for p in table[name] if p.bound == bound)
                     for name, bound in bounds.items()}
-        out.append(bench.point(DEEPSZ, "max-loss", budget, chosen, _decoder(deepsz, chosen),
+        out.append(bench.point(DEEPSZ, "max-loss", budget, _sizes(chosen), _decoder(deepsz, chosen),
                                assess_s + time.perf_counter() - start,
                                detail={"bounds": bounds, "data_index_bytes": sections}))
         bar.update()
