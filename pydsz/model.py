@@ -138,7 +138,7 @@ class TFLiteModel:
 
     def __init__(self, data: Union[bytes, bytearray, memoryview]):
         if tflite is None:
-            raise DszError("reading TFLite models needs the 'tflite' package: pip install pydsz[tools]")
+            raise DszError("reading TFLite models needs the 'tflite' package: pip install pydsz[server]")
         self.data = bytes(data)
         if len(self.data) < 8 or self.data[4:8] != _IDENTIFIER:
             raise FormatError("not a TFLite model: missing 'TFL3' identifier")
