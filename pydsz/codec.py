@@ -97,12 +97,22 @@ def _as_u8(buf: Any) -> np.ndarray:
                          dtype=np.uint8)
 
 
+def check_shape(shape: tuple, what: str) -> None:
+    """Refuse a shape numpy cannot make: libdsz bounds the element count, but with a zero extent the
+    others may be as large as the header can say, and numpy refuses extents whose product (zeros
+    left out) times 4 bytes passes the address space."""
+    limit = np.iinfo(np.intp).max
+    if any(d > limit for d in shape) or 4 * math.prod(d for d in shape if d) > limit:
+        raise FormatError(f"{what}: shape {tuple(shape)} has extents too large to address")
+
+
 def _open_frame(buf: Any, kind: int, what: str) -> tuple[dict, np.ndarray]:
     u8 = _as_u8(buf)
     try:
         info = _core.frame_info(u8)
     except _core.CoreError as e:
         raise FormatError(f"{what}: bad header: {e.name}") from None
+    check_shape(info["shape"], what)
     if info["kind"] != kind:
         other = "sparse (use decode_sparse)" if info["kind"] == _core.KIND_SPARSE else "array (use decompress_array)"
         raise FormatError(f"{what}: this is a {other} stream")

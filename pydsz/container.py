@@ -223,6 +223,7 @@ def _parse(buf) -> tuple[int, memoryview, list[TensorEntry]]:
             raise FormatError(f"tensor {i}: unknown representation, dtype or reserved field")
         shape = struct.unpack(f"<{ndim}Q", table.take(8 * ndim))
         name = bytes(table.take(name_len)).decode("utf-8", "replace")
+        codec.check_shape(shape, f"tensor {name}")
         if math.prod(shape) * 4 != nbytes or offset + nbytes > model_bytes:
             raise FormatError(f"tensor {name}: shape {shape} or place [{offset}, +{nbytes}) "
                               f"does not fit a model of {model_bytes} bytes")

@@ -11,10 +11,12 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import pydsz
 from fuzz_load import exercise, with_fixed_crcs
+from pydsz import container
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FUZZ = ROOT / "libdsz" / "fuzz"
@@ -97,3 +99,30 @@ def test_exercise_lets_other_exceptions_through():
     # the harness itself must not swallow what it is there to find
     with pytest.raises(TypeError):
         exercise(None)
+
+
+HUGE = 2**62
+
+
+def test_sparse_stream_with_an_extent_numpy_cannot_address_is_a_format_error():
+    # found by tests/fuzz_load.py: rows 0x7200000000000005, cols 0 (no elements, so libdsz accepts it)
+    # made numpy's reshape raise ValueError
+    data = (CORPUS / "sparse" / "crash_numpy_unaddressable_shape").read_bytes()
+    with pytest.raises(pydsz.FormatError, match="too large to address"):
+        pydsz.decode_sparse(data)
+
+
+def test_array_stream_with_an_extent_numpy_cannot_address_is_a_format_error():
+    frame = bytearray(pydsz.compress_array(np.zeros((0, 3), np.float32), 0.1))
+    struct.pack_into("<Q", frame, 48 + 8, HUGE)
+    with pytest.raises(pydsz.FormatError, match="too large to address"):
+        pydsz.decompress_array(bytes(frame))
+
+
+def test_container_entry_with_an_extent_numpy_cannot_address_is_a_format_error():
+    stream = pydsz.encode_sparse(np.zeros((0, 3), np.float32), 0.1)
+    entry = container.TensorEntry(name="fc1", buffer_index=1, offset=0, nbytes=0, shape=(HUGE, 0),
+                                  representation="sparse", error_bound=0.1, stream=stream)
+    dsz = container._serialize(16, bytes(16), [entry])
+    with pytest.raises(pydsz.FormatError, match="too large to address"):
+        pydsz.load(dsz)
