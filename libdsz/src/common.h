@@ -243,7 +243,8 @@ size_t dsz_data_open(dsz_dataDec* d, const uint8_t* src, size_t size, size_t n, 
 /* final checks: all outliers used, bitstream consumed */
 size_t dsz_data_close(dsz_dataDec* d);
 void dsz_data_free(dsz_dataDec* d);
-/* decode the next value; returns 0, or -1 on corrupt input */
+/* decode the next value under the Lorenzo predictor (dsz_data_decode reads predictor none in
+   bulk); returns 0, or -1 on corrupt input */
 DSZ_INLINE int dsz_data_next(dsz_dataDec* d, float* v)
 {
     uint32_t s;
@@ -251,10 +252,6 @@ DSZ_INLINE int dsz_data_next(dsz_dataDec* d, float* v)
     dsz_br_refill(&d->br);
     s = dsz_huf_decode(&d->huf, &d->br);
     if (DSZ_LIKELY(s != 0 && s != UINT32_MAX)) {
-        if (d->predictor == DSZ_PRED_NONE) {
-            *v = d->deq[s - d->huf.lo];
-            return 0;
-        }
         r = dsz_dequant_lorenzo(d->q.step, d->pred, (int32_t)s - (int32_t)d->q.radius);
     } else {
         if (s == UINT32_MAX || d->kOut >= d->nOut || d->br.pad > 16) return -1;
