@@ -327,10 +327,6 @@ class DszModel:
             keep.append((pos, n))
         chunk = np.empty(_INFLATE_CHUNK, np.uint8)
         try:
-            # the frame's own size field must agree before anything is inflated
-            declared = zstandard.frame_content_size(self._rest)
-            if declared != n:
-                raise FormatError(f"the model's lossless section declares {declared} bytes, the header {n}")
             got, k = 0, 0
             with zstandard.ZstdDecompressor().stream_reader(self._rest) as reader:
                 view = memoryview(chunk)
