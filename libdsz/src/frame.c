@@ -22,6 +22,9 @@ size_t dsz_frame_check(const dsz_frameInfo* f)
     if (f->radius == 0 || f->radius > DSZ_RADIUS_MAX) return DSZ_ERROR(corruption_detected);
     if (!bound_ok(f->errorBound) || !isfinite(f->userBound)) return DSZ_ERROR(corruption_detected);
     if (f->nnz > f->nElements || f->nElements > DSZ_MAX_ELEMENTS) return DSZ_ERROR(corruption_detected);
+    /* a 32-bit build can neither address nor count more float32 values than this (nor can it cast
+       nnz to size_t below): such a frame is valid but cannot be decoded here */
+    if (f->nElements > (uint64_t)((size_t)-1 / sizeof(float))) return DSZ_ERROR(frameParameter_unsupported);
     dataBound = dsz_data_bound((size_t)f->nnz, f->radius);
     if (dsz_isError(dataBound) || f->dataRawSize > dataBound) return DSZ_ERROR(corruption_detected);
     /* every value takes at least one bit: this bounds what a decoder allocates */
