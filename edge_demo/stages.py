@@ -15,7 +15,7 @@ import numpy as np
 
 from pydsz import _core, codec
 from pydsz.container import DszModel, tensor_place
-from pydsz.errors import DszError, FormatError
+from pydsz.errors import FormatError
 
 
 @dataclass
@@ -93,10 +93,4 @@ def _fill_timed(model: DszModel, out: np.ndarray, stages: Stages) -> None:
 def decode_timed(model: DszModel) -> tuple[bytes, Stages]:
     """The decoded .tflite bytes of model, written in place as tflite_bytes() does, and the stage times."""
     stages = Stages()
-    try:
-        writer = _core.BytesWriter(model.model_bytes)
-    except MemoryError:
-        raise DszError(f"not enough memory to decode a model of {model.model_bytes} bytes") from None
-    # the views into the bytes live in _fill_timed's frame only: take() needs them all released
-    _fill_timed(model, np.frombuffer(writer, dtype=np.uint8), stages)
-    return writer.take(), stages
+    return model.filled_bytes(lambda out: _fill_timed(model, out, stages)), stages

@@ -213,6 +213,13 @@ def _add_retraining_arguments(p) -> None:
                    help="share of the unpruned model's predictions in the training target (default 0.5; 0: labels only)")
 
 
+def _add_output_arguments(p, output_help: str) -> None:
+    """-o, --num-threads and --quiet of the commands that write one model file."""
+    p.add_argument("-o", "--output", required=True, help=output_help)
+    p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, print nothing on success")
+
+
 def _add_bench_command(sub) -> None:
     p = sub.add_parser("bench",
                        help="pydsz against DeepSZ, Deep Compression, quantization and zstd on one pruned model",
@@ -253,9 +260,7 @@ def _add_pipeline_commands(sub) -> None:
                    help="standard deviations of validation noise kept in hand when choosing bounds "
                    "(default 1; 0 trusts the measured drops as they are and overfits the validation set)")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
-    p.add_argument("-o", "--output", required=True, help="output .dsz file")
-    p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, print nothing on success")
+    _add_output_arguments(p, "output .dsz file")
     p.set_defaults(func=cmd_compress)
 
     p = sub.add_parser("prune", help="magnitude-prune the FC layers and retrain with the masks held",
@@ -269,9 +274,7 @@ def _add_pipeline_commands(sub) -> None:
     _add_retraining_arguments(p)
     p.add_argument("--auto-budget", type=float, default=0.001,
                    help="validation top-1 loss `auto` may spend, checked after the full retraining (default 0.001)")
-    p.add_argument("-o", "--output", required=True, help="output .tflite file")
-    p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, print nothing on success")
+    _add_output_arguments(p, "output .tflite file")
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("demo", help="prune and compress a bundled reference model; print the paper's table",

@@ -288,18 +288,18 @@ class DszModel:
         that is returned: no copy of the model is made on the way.
         """
         if self._tflite is None:
-            try:
-                writer = _core.BytesWriter(self._model_bytes)
-            except MemoryError:
-                raise DszError(f"not enough memory to decode a model of {self._model_bytes} bytes") from None
-            self._fill(np.frombuffer(writer, dtype=np.uint8))
-            self._tflite = writer.take()
+            self._tflite = self.filled_bytes(self._fill)
         return self._tflite
 
-    @property
-    def model_bytes(self) -> int:
-        """Size of the decoded .tflite model."""
-        return self._model_bytes
+    def filled_bytes(self, fill) -> bytes:
+        """A new bytes object of the model's size, written in place by fill(out) (out: a uint8 view of
+        it, which fill must not keep) before anything else can see it."""
+        try:
+            writer = _core.BytesWriter(self._model_bytes)
+        except MemoryError:
+            raise DszError(f"not enough memory to decode a model of {self._model_bytes} bytes") from None
+        fill(np.frombuffer(writer, dtype=np.uint8))
+        return writer.take()
 
     def _fill(self, out: np.ndarray) -> None:
         self.inflate_rest(out)
