@@ -8,11 +8,9 @@ The machine is shared and noisy: times are the best of several repetitions and t
 against baselines timed in the same run. Usage: python3 bench/codec.py [--quick] [--json PATH]
 """
 import argparse
-import datetime
 import heapq
 import json
 import os
-import platform
 import sys
 import time
 
@@ -26,22 +24,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
 from pydsz import codec as dsz  # noqa: E402
 from pydsz.baselines import sz3 as sz3_codec  # noqa: E402
+from machine import machine_info  # noqa: E402  (bench/machine.py)
 from pydsz.tables import format_table  # noqa: E402
 
 BOUNDS = (1e-3, 5e-3, 1e-2)
 SEED = 2019
 LABELS = {"entropy": "entropy bound of codes", "zfp": "zfpy", "zstd": "zstd-19 (lossless)"}
-
-
-def machine_info():
-    cpu = "unknown"
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
-            "python": platform.python_version(), "numpy": np.__version__, "h5py": h5py.__version__,
-            "hdf5plugin": hdf5plugin.version, "zstandard": zstandard.__version__,
-            "date": datetime.datetime.now().isoformat(timespec="seconds")}
 
 
 def best_times(fns, reps, budget=10.0):
@@ -185,7 +173,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="repetitions per timing (best is kept)")
     args = ap.parse_args()
     n, shape = (20_000, (512, 1152)) if args.quick else (200_000, (4096, 9216))
-    info = machine_info()
+    info = machine_info(h5py=h5py.__version__, hdf5plugin=hdf5plugin.version, zstandard=zstandard.__version__)
     print(f"{info['cpu']} ({info['cores']} cores), {info['platform']}, numpy {info['numpy']}")
 
     x = pruned_laplace(n, args.scale)

@@ -22,11 +22,9 @@ peak no more than the decoded model plus the file plus 10%. DeepSZ reports 296 m
     python3 bench/decode.py [--bounds 1e-3,2e-3,5e-3,1e-2] [--repeat 7] [--json PATH] [--png PATH]
 """
 import argparse
-import datetime
 import io
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -43,6 +41,7 @@ from test_model import build_tflite  # noqa: E402  (the tests' flatbuffer writer
 
 import pydsz  # noqa: E402
 from edge_demo.stages import decode_timed  # noqa: E402
+from machine import machine_info  # noqa: E402  (bench/machine.py)
 from pydsz.tables import format_table  # noqa: E402
 
 LAYERS = [("fc6", 4096, 9216, 0.09), ("fc7", 4096, 4096, 0.09), ("fc8", 1000, 4096, 0.25)]
@@ -60,16 +59,6 @@ def small_pages_only() -> None:
     except ImportError:  # numpy 1.x
         from numpy.core.multiarray import _set_madvise_hugepage
     _set_madvise_hugepage(False)
-
-
-def machine_info() -> dict:
-    cpu = platform.processor() or platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
-            "python": platform.python_version(), "numpy": np.__version__, "h5py": h5py.__version__,
-            "hdf5plugin": hdf5plugin.version, "date": datetime.datetime.now().isoformat(timespec="seconds")}
 
 
 def pruned_layers() -> list:
@@ -305,7 +294,7 @@ def main() -> int:
     args = ap.parse_args()
     bounds = [float(b) for b in args.bounds.split(",")]
     small_pages_only()
-    info = machine_info()
+    info = machine_info(h5py=h5py.__version__, hdf5plugin=hdf5plugin.version)
     print(f"{info['cpu']} ({info['cores']} cores), {info['platform']}, numpy {info['numpy']}")
 
     weights = pruned_layers()

@@ -14,7 +14,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import sys
 import time
 
@@ -23,6 +22,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
 from pydsz.gpu import device, reference  # noqa: E402
+from machine import machine_info  # noqa: E402  (bench/machine.py)
 from pydsz.tables import format_table  # noqa: E402
 
 # (name, out, in, pruned share): AlexNet's FC layers and Deep Compression's pruning (ANCHORS.md)
@@ -59,14 +59,6 @@ def make_data(layers, samples: int, rng):
     flip = rng.random(samples) < 0.1
     y[flip] = rng.integers(0, layers[-1].weight.shape[0], int(flip.sum()))
     return h, y
-
-
-def machine_info():
-    cpu = "unknown"
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__}
 
 
 def timed(fn):

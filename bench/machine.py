@@ -1,0 +1,17 @@
+"""What a benchmark ran on, for its JSON record (shared by the scripts in bench/)."""
+import datetime
+import os
+import platform
+
+import numpy as np
+
+
+def machine_info(**versions) -> dict:
+    """CPU, cores, platform, Python and numpy, the date, and the given package versions."""
+    cpu = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
+            "python": platform.python_version(), "numpy": np.__version__, **versions,
+            "date": datetime.datetime.now().isoformat(timespec="seconds")}
