@@ -95,10 +95,14 @@ class Evaluator:
     layer (a conv layer, or use_tail=False) goes through the interpreter. Drops are counted
     against the same path's own baseline, so float rounding differences between the paths never
     show up as a loss.
+
+    device "gpu" runs the tail on the GPU (pydsz.gpu.evaluate) when it holds only ops the GPU
+    path runs; otherwise the tail stays in numpy and `cpu_reason` says why. `device` is what runs
+    the tail.
     """
 
     def __init__(self, tflite_bytes: bytes, x: np.ndarray, y: np.ndarray, layer_names: Sequence[str],
-                 num_threads: Optional[int] = None, use_tail: bool = True):
+                 num_threads: Optional[int] = None, use_tail: bool = True, device: str = "cpu"):
         from pydsz.tail import Tail
 
         self.model = TFLiteModel(tflite_bytes)
@@ -110,6 +114,24 @@ class Evaluator:
         self.tail = Tail.from_model(self.model, fcs[0].name) if use_tail and fcs else None
         self.h = runtime.capture(self.bytes, x, self.tail.input_tensor, num_threads=num_threads) if self.tail else None
         self._baseline: dict[bool, np.ndarray] = {}
+        self.device, self.cpu_reason, self._gpu = "cpu", None, None
+        if device == "gpu":
+            self._use_gpu()
+        elif device != "cpu":
+            raise InputError(f"device must be cpu or gpu here, not {device!r}")
+
+    def _use_gpu(self) -> None:
+        if self.tail is None:
+            self.cpu_reason = "no FC tail that numpy or the GPU can run: the interpreter evaluates"
+            return
+        from pydsz.gpu.evaluate import TailHits
+
+        try:
+            self._gpu = TailHits(self.tail, self.h, self.y)
+        except InputError as exc:  # an op the GPU path does not run: the numpy tail still does
+            self.cpu_reason = str(exc)
+            return
+        self.device = "gpu"
 
     @property
     def fast(self) -> bool:
@@ -135,6 +157,8 @@ class Evaluator:
 
     def _hits(self, weights: Mapping[str, np.ndarray], on_tail: bool) -> np.ndarray:
         """Per sample: is the top-1 prediction right?"""
+        if on_tail and self._gpu is not None:
+            return self._gpu.hits(weights)
         if on_tail:
             out = self.tail.forward(self.h, weights=dict(weights))
         else:

@@ -86,3 +86,26 @@ def test_a_model_without_compressible_layers_of_the_kind_is_an_input_error():
     _, model = _model("lenet300.tflite")
     with pytest.raises(InputError, match="no compressible conv layer"):
         compressible_layers(model, "conv")
+
+
+@pytest.mark.parametrize("name", ["lenet300.tflite", "lenet5.tflite"])
+def test_gpu_evaluator_agrees_with_the_numpy_tail(name, val):
+    """device="gpu" runs the tail on the GPU; without one the Evaluator stays on the CPU and says why."""
+    from pydsz.gpu import device
+
+    data, model = _model(name)
+    names = [l.name for l in compressible_layers(model)]
+    cpu = Evaluator(data, *val, names)
+    gpu = Evaluator(data, *val, names, device="gpu")
+    assert cpu.device == "cpu" and cpu.cpu_reason is None
+    if device.available():
+        assert gpu.device == "gpu" and gpu.cpu_reason is None
+    else:
+        assert gpu.device == "cpu" and device.missing() in gpu.cpu_reason
+    weights = {n: encode_weight(model.weight(n), 0.05)[0] for n in names}
+    for w in ({}, weights):
+        a, b = cpu.drop(w), gpu.drop(w)
+        # each path counts against its own baseline; float summation order may flip a near tie
+        assert abs(a.drop - b.drop) <= 2 and abs(a.correct - b.correct) <= 2, (a, b)
+    with pytest.raises(InputError, match="cpu or gpu"):
+        Evaluator(data, *val, names, device="auto")

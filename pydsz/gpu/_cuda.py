@@ -111,9 +111,10 @@ def activation(v, n: int, act: int, alpha: float = 0.0, offset: int = 0) -> None
                                  block=(THREADS, 1, 1), grid=(blocks(n), 1))
 
 
-def top1_count(scores, rows: int, cols: int, labels, label_off: int = 0, counter=None) -> None:
-    """counter[0] += rows of scores [rows, cols] whose argmax (numpy's, first of ties) is the label."""
+def top1_count(scores, rows: int, cols: int, labels, label_off: int = 0, counter=None, hits=None) -> None:
+    """counter[0] += rows of scores [rows, cols] whose argmax (numpy's, first of ties) is the label;
+    hits (uint8 on the device, from label_off), unless None, gets each row's 1 (right) or 0."""
     warps_per_block = THREADS // 32
     grid = int(max(1, min(MAX_BLOCKS, -(-rows // warps_per_block))))
     kernel("dsz_top1_count")(ptr(scores), np.int32(rows), np.int32(cols), ptr(labels, label_off), ptr(counter),
-                             block=(THREADS, 1, 1), grid=(grid, 1))
+                             ptr(hits, label_off), block=(THREADS, 1, 1), grid=(grid, 1))

@@ -30,6 +30,7 @@ class GpuTail:
         if chunk < 1:
             raise InputError(f"chunk must be >= 1, got {chunk}")
         self.ops = plan(layers)
+        _cuda.module()  # InputError saying what is missing when there is no GPU
         self.chunk = chunk
         self.weights = {op.name: _cuda.to_gpu(op.weight) for op in self.ops if op.kind == "fc"}
         self.biases = {op.name: _cuda.to_gpu(op.bias) for op in self.ops if op.kind == "fc"}
@@ -44,28 +45,29 @@ class GpuTail:
                    act=_cuda.activation_code(op.activation), alpha=op.alpha)
 
     def _count_chunk(self, start: int, x, x_off: int, rows: int, labels, label_off: int,
-                     override: Optional[tuple] = None) -> None:
+                     overrides: Mapping, hits) -> None:
         """ops[start:] on rows of x (width = ops[start]'s input), adding top-1 hits to the counter."""
         cur, cur_off, width, flip = x, x_off, None, 0
         for op in self.ops[start:]:
             if op.kind == "fc":
                 out = self._work[flip]
                 flip ^= 1
-                weight = override[1] if override and override[0] == op.name else None
-                self._fc(op, cur, cur_off, rows, out, weight=weight)
+                self._fc(op, cur, cur_off, rows, out, weight=overrides.get(op.name))
                 cur, cur_off, width = out, 0, op.weight.shape[0]
             else:
                 if width is None:
                     raise InputError("a swept tail must start with a dense layer")
                 _cuda.activation(cur, rows * width, _cuda.activation_code(op.activation), op.alpha, cur_off)
-        _cuda.top1_count(cur, rows, width, labels, label_off, self._count)
+        _cuda.top1_count(cur, rows, width, labels, label_off, self._count, hits)
 
-    def correct(self, x, n: int, labels, start: int = 0, override: Optional[tuple] = None) -> int:
-        """Top-1 hits of ops[start:] over n samples x (on the device); override = (layer, dense weight on the device)."""
+    def correct(self, x, n: int, labels, start: int = 0, overrides: Optional[Mapping] = None, hits=None) -> int:
+        """Top-1 hits of ops[start:] over n samples x (on the device). overrides: {layer: dense
+        weight on the device} in place of the original ones; hits: a uint8 device array of n that
+        receives each sample's outcome, or None."""
         self._count.fill(0)
         width = self.ops[start].weight.shape[1]
         for i in range(0, n, self.chunk):
-            self._count_chunk(start, x, i * width, min(self.chunk, n - i), labels, i, override)
+            self._count_chunk(start, x, i * width, min(self.chunk, n - i), labels, i, overrides or {}, hits)
         return int(self._count.get()[0])
 
     def advance(self, index: int, x, n: int):
@@ -117,6 +119,6 @@ def _sweep_layer(tail: GpuTail, i: int, op, cache, n: int, labels, bounds: list,
     for bound, hist in zip(bounds, hists):
         dense.fill(0)
         reconstruct_device(values, index_gpu, index.size, bound, dense, radius, keep_nonzero)
-        count = tail.correct(cache, n, labels, start=i, override=(op.name, dense))
+        count = tail.correct(cache, n, labels, start=i, overrides={op.name: dense})
         points.append(SweepPoint(op.name, float(bound), count, estimate_bytes(hist), int(hist[0])))
     return points
