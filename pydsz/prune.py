@@ -76,12 +76,9 @@ def forward(layers: Sequence[Dense], h: np.ndarray) -> np.ndarray:
     return h
 
 
-def count_correct(layers: Sequence[Dense], h: np.ndarray, y: np.ndarray, batch: int = 4096) -> int:
+def count_correct(layers: Sequence[Dense], h: np.ndarray, y: np.ndarray, batch: int = 4096, device: str = "cpu") -> int:
     """How many samples the tail classifies correctly (top-1)."""
-    return sum(
-        int(np.sum(np.argmax(forward(layers, h[i : i + batch]), axis=1) == y[i : i + batch]))
-        for i in range(0, len(h), batch)
-    )
+    return int(np.sum(np.argmax(logits(layers, h, device, batch), axis=1) == y))
 
 
 @dataclass
@@ -103,6 +100,59 @@ class _Adam:
         param -= (lr * m_hat / (np.sqrt(v_hat) + self.eps)).astype(param.dtype)
 
 
+class NumpySteps:
+    """retrain's arithmetic in numpy: the tail's parameters, masks, Adam state and running mean.
+
+    pydsz.gpu.train.GpuSteps does the same on the device, with the same methods; retrain's loop
+    (batches, learning rate, pruning schedule) drives either.
+    """
+
+    def __init__(self, params: list[Dense], keep: list[Optional[np.ndarray]], lr: float):
+        self.params, self.keep = params, keep
+        self.opt = _Adam(lr)
+        self.averaged = [replace(p, weight=np.zeros_like(p.weight), bias=np.zeros_like(p.bias)) for p in params]
+
+    def weight(self, i: int) -> np.ndarray:
+        return self.params[i].weight
+
+    def set_mask(self, i: int, mask: np.ndarray) -> None:
+        self.keep[i] = mask
+        self.params[i].weight *= mask
+
+    def step(self, x: np.ndarray, target: np.ndarray, lr: float) -> None:
+        """One masked Adam step on a batch x with target class probabilities."""
+        grads = _gradients(self.params, x, target)
+        self.opt.t += 1
+        for p, m, (gw, gb) in zip(self.params, self.keep, grads):
+            if m is not None:
+                gw *= m
+            self.opt.step(p.name + ".w", p.weight, gw, lr)
+            if p.train_bias:
+                self.opt.step(p.name + ".b", p.bias, gb, lr)
+            if m is not None:
+                p.weight *= m  # Adam's momentum must not revive a pruned weight.
+
+    def average(self, k: int) -> None:
+        """Fold the current parameters into the running mean as its k-th term."""
+        for a, p in zip(self.averaged, self.params):
+            a.weight += (p.weight - a.weight) / k
+            a.bias += (p.bias - a.bias) / k
+
+    def result(self) -> list[Dense]:
+        return self.averaged
+
+
+def logits(layers: Sequence[Dense], h: np.ndarray, device: str = "cpu", batch: int = 8192) -> np.ndarray:
+    """forward() over h in batches, in numpy or on the GPU (pydsz.gpu.train.forward)."""
+    if device == "gpu":
+        from pydsz.gpu.train import forward as gpu_forward
+
+        return gpu_forward(layers, h)
+    h = h.reshape(len(h), -1)
+    parts = [forward(layers, h[i:i + batch]) for i in range(0, len(h), batch)]
+    return np.concatenate(parts) if parts else np.zeros((0, layers[-1].weight.shape[0]), np.float32)
+
+
 def retrain(
     layers: Sequence[Dense],
     masks: Mapping[str, np.ndarray],
@@ -119,6 +169,7 @@ def retrain(
     teacher: Optional[Sequence[Dense]] = None,
     distill: float = 0.5,
     average: float = 0.25,
+    device: str = "cpu",
 ) -> list[Dense]:
     """Retrain the tail on cached inputs `h` with labels `y`; masked weights stay exactly zero.
 
@@ -131,6 +182,8 @@ def retrain(
     `teacher` (e.g. the unpruned layers) adds knowledge distillation: the target is the labels'
     one-hot mixed with the teacher's softmax, `distill` being the teacher's share. The result is
     the mean of the weights over the last `average` of the steps (after the masks are final).
+    device "gpu" runs the steps on the GPU (pydsz.gpu.train.GpuSteps): the same loop and
+    arithmetic, float summation order aside.
     """
     from tqdm import tqdm
 
@@ -151,15 +204,19 @@ def retrain(
             p.weight *= m
     soft = None
     if teacher is not None:
-        soft = np.concatenate([_softmax(forward(teacher, h[i:i + 8192])) for i in range(0, len(h), 8192)])
+        soft = _softmax(logits(teacher, h, device))
     rng = np.random.default_rng(seed)
     steps_per_epoch = max(1, len(h) // batch_size)
     total = max(1, int(round(epochs * steps_per_epoch)))
     ramp_steps = int(ramp * total) if targets else 0
     average_from = max(ramp_steps, total - max(1, int(average * total)))
-    averaged = [replace(p, weight=np.zeros_like(p.weight), bias=np.zeros_like(p.bias)) for p in params]
     prune_every = max(1, steps_per_epoch // 8)
-    opt = _Adam(lr)
+    if device == "gpu":
+        from pydsz.gpu.train import GpuSteps
+
+        steps = GpuSteps(params, keep, lr)
+    else:
+        steps = NumpySteps(params, keep, lr)
     bar = tqdm(total=total, desc="retrain", unit="step", disable=not progress, leave=False)
     order = rng.permutation(len(h))
     pos = 0
@@ -172,32 +229,18 @@ def retrain(
             done = min(1.0, (step + prune_every) / ramp_steps)
             for i, p in enumerate(params):
                 if p.name in targets:
-                    keep[i] = magnitude_mask(p.weight, targets[p.name] * (1 - (1 - done) ** 3))
-                    p.weight *= keep[i]
+                    steps.set_mask(i, magnitude_mask(steps.weight(i), targets[p.name] * (1 - (1 - done) ** 3)))
         target = np.eye(n_out, dtype=np.float32)[y[idx]]
         if soft is not None:
             target = (1 - distill) * target + distill * soft[idx]
-        grads = _gradients(params, h[idx] / scale, target)
-        opt.t += 1
-        step_lr = lr * (1 - step / total)
-        for p, m, (gw, gb) in zip(params, keep, grads):
-            if m is not None:
-                gw *= m
-            opt.step(p.name + ".w", p.weight, gw, step_lr)
-            if p.train_bias:
-                opt.step(p.name + ".b", p.bias, gb, step_lr)
-            if m is not None:
-                p.weight *= m  # Adam's momentum must not revive a pruned weight.
+        steps.step(h[idx] / scale, target, lr * (1 - step / total))
         if step >= average_from:
             # Averaging the last steps' weights settles the noise of the final mini-batches: the
             # result is flatter and depends less on float rounding (e.g. the BLAS thread count).
-            k = step - average_from + 1
-            for a, p in zip(averaged, params):
-                a.weight += (p.weight - a.weight) / k
-                a.bias += (p.bias - a.bias) / k
+            steps.average(step - average_from + 1)
         bar.update()
     bar.close()
-    params = averaged
+    params = steps.result()
     params[0].weight /= scale
     if keep[0] is not None:
         params[0].weight *= keep[0]
@@ -294,7 +337,7 @@ def _masks(layers: Sequence[Dense], targets: Mapping[str, float]) -> dict[str, n
 def auto_sparsity(
     layers: list[Dense], h: np.ndarray, y: np.ndarray, h_val: np.ndarray, y_val: np.ndarray,
     names: Sequence[str], budget: float, epochs: float = 1, seed: int = 0, progress: bool = False,
-    teacher: Optional[Sequence[Dense]] = None, distill: float = 0.5,
+    teacher: Optional[Sequence[Dense]] = None, distill: float = 0.5, device: str = "cpu",
 ) -> tuple[dict[str, float], list[Dense]]:
     """Per layer in turn, the highest sparsity of AUTO_LADDER whose validation loss stays within
     `budget` (accuracy); returns the sparsities and the layers retrained at them.
@@ -311,19 +354,19 @@ def auto_sparsity(
 
     def trial(targets):
         return retrain(layers, _masks(layers, {}), h, y, epochs=epochs, seed=seed, targets=targets or None,
-                       teacher=teacher, distill=distill)
+                       teacher=teacher, distill=distill, device=device)
 
     steps = int(np.ceil(np.log2(len(AUTO_LADDER) + 1))) + 1
     with tqdm(total=len(names) * steps, desc="auto sparsity", disable=not progress, leave=False) as bar:
         for name in names:
-            reference = count_correct(trial(chosen), h_val, y_val)
+            reference = count_correct(trial(chosen), h_val, y_val, device=device)
             bar.update()
             lo, hi, best = 0, len(AUTO_LADDER), None  # AUTO_LADDER[:lo] passed, [hi:] failed
             while lo < hi:
                 mid = (lo + hi) // 2
                 candidate = trial({**chosen, name: AUTO_LADDER[mid]})
                 bar.update()
-                if reference - count_correct(candidate, h_val, y_val) <= allowed:
+                if reference - count_correct(candidate, h_val, y_val, device=device) <= allowed:
                     lo, best = mid + 1, candidate
                 else:
                     hi = mid
@@ -335,7 +378,7 @@ def auto_sparsity(
 def prune_model(
     tflite_bytes: bytes, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
     sparsity: Sparsity, *, epochs: float = 8, auto_budget: float = 0.001, distill: float = 0.5, seed: int = 0,
-    progress: bool = False, num_threads: int | None = None,
+    progress: bool = False, num_threads: int | None = None, device: str = "cpu",
 ) -> PruneResult:
     """Prune the FC layers of a .tflite model by magnitude and retrain its FC tail with the masks held.
 
@@ -343,7 +386,8 @@ def prune_model(
     the validation accuracy allows within auto_budget). Layers already at least ALREADY_SPARSE
     sparse are left alone. The trunk before the first FC layer stays frozen: its output is
     captured once and the tail retrains on it. `distill`: the unpruned tail's share of the
-    training target (knowledge distillation; 0 trains on the labels alone).
+    training target (knowledge distillation; 0 trains on the labels alone). device: "cpu" or
+    "gpu" (pydsz.gpu.device.resolve), where the tail retrains.
     """
     from pydsz import runtime
     from pydsz.model import TFLiteModel
@@ -380,17 +424,18 @@ def prune_model(
     auto = targets == "auto"
     if auto:
         targets, _ = auto_sparsity(layers, h, y, h_val, y_val, todo, auto_budget, seed=seed,
-                                   progress=progress, teacher=teacher if distill else None, distill=distill)
+                                   progress=progress, teacher=teacher if distill else None, distill=distill,
+                                   device=device)
     dense = layers
     while True:
         if not targets:  # auto found no sparsity within the budget: the layers stay as they came
             layers = dense
             break
         layers = retrain(dense, _masks(dense, {}), h, y, epochs=epochs, seed=seed, progress=progress,
-                         targets=targets, teacher=teacher if distill else None, distill=distill)
+                         targets=targets, teacher=teacher if distill else None, distill=distill, device=device)
         # the brief trials of `auto` only estimate what the full retraining keeps: check it, and
         # step the sparsest layer one rung down the ladder while the budget is exceeded
-        lost = count_correct(dense, h_val, y_val) - count_correct(layers, h_val, y_val)
+        lost = count_correct(dense, h_val, y_val, device=device) - count_correct(layers, h_val, y_val, device=device)
         if not auto or lost <= int(auto_budget * len(y_val) + 1e-6):
             break
         name = max(targets, key=targets.get)

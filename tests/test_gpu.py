@@ -247,9 +247,74 @@ def test_gpu_top1_counts_like_numpy_argmax(gpu):
     scores[5, 7] = np.nan
     y = rng.integers(0, 37, 1000)
     y[:200] = np.argmax(scores[:200], axis=1)
+    expected = np.argmax(scores, axis=1) == y
     counter = gpu.zeros(1, np.uint64)
-    gpu.top1_count(gpu.to_gpu(scores), 1000, 37, gpu.to_gpu(y, np.int32), counter=counter)
-    assert int(counter.get()[0]) == int(np.sum(np.argmax(scores, axis=1) == y))
+    hits = gpu.zeros(1000, np.uint8)
+    gpu.top1_count(gpu.to_gpu(scores), 1000, 37, gpu.to_gpu(y, np.int32), counter=counter, hits=hits)
+    assert int(counter.get()[0]) == int(np.sum(expected))
+    np.testing.assert_array_equal(hits.get().astype(bool), expected)
+    # rows from an offset: the label and hit pointers move together
+    counter.fill(0)
+    gpu.top1_count(gpu.to_gpu(scores[600:]), 400, 37, gpu.to_gpu(y, np.int32), 600, counter=counter, hits=hits)
+    assert int(counter.get()[0]) == int(np.sum(expected[600:]))
+    np.testing.assert_array_equal(hits.get().astype(bool), expected)
+
+
+def _numpy_tail(rng, widths):
+    """A pydsz.tail.Tail of dense layers and a final softmax, as Tail.from_model builds one."""
+    from pydsz.tail import Step, Tail
+
+    layers = _tail(rng, widths)
+    steps = [Step("fc", "FULLY_CONNECTED", name=l.name, activation=l.activation, shape=(l.weight.shape[0],))
+             for l in layers] + [Step("softmax", "SOFTMAX", shape=(widths[-1],))]
+    return Tail(0, (widths[0],), 1, steps, {l.name: l.weight for l in layers}, {l.name: l.bias for l in layers})
+
+
+@pytest.mark.gpu
+def test_gpu_tail_hits_match_numpy(gpu):
+    from pydsz.gpu.evaluate import TailHits
+
+    rng = np.random.default_rng(14)
+    tail = _numpy_tail(rng, (300, 200, 100, 10))
+    h = np.maximum(rng.standard_normal((5000, 300)), 0).astype(np.float32)
+    y = np.argmax(tail.forward(h), axis=1)
+    y[::7] = rng.integers(0, 10, len(y[::7]))
+    hits = TailHits(tail, h, y, chunk=2000)  # several chunks, a partial last one
+    noisy = {name: w + (w != 0) * rng.standard_normal(w.shape).astype(np.float32) * 0.02
+             for name, w in tail.weights.items()}
+    for weights in ({}, {"fc2": noisy["fc2"]}, {"fc1": noisy["fc1"], "fc3": noisy["fc3"]}):
+        expected = np.argmax(tail.forward(h, weights), axis=1) == y
+        got = hits.hits(weights)
+        assert got.dtype == bool and got.shape == expected.shape
+        assert np.sum(got != expected) <= 1e-3 * len(y)  # float summation order may flip a near tie
+    with pytest.raises(InputError, match="shape"):
+        hits.hits({"fc1": np.zeros((3, 3), np.float32)})
+    with pytest.raises(InputError, match="10 classes"):
+        TailHits(tail, h, np.full(len(h), 10))
+
+
+@pytest.mark.gpu
+def test_gpu_forward_matches_numpy(gpu):
+    prune = pytest.importorskip("pydsz.prune")
+    from pydsz.gpu import train
+
+    rng = np.random.default_rng(15)
+    layers = [prune.Dense(l.name, l.weight, l.bias, l.activation) for l in _tail(rng, (50, 40, 10), 0.5)]
+    h = rng.standard_normal((7000, 50)).astype(np.float32)
+    np.testing.assert_allclose(train.forward(layers, h, chunk=3000), prune.forward(layers, h), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_running_mean_is_numpys(gpu):
+    rng = np.random.default_rng(16)
+    a = rng.standard_normal(1000).astype(np.float32)
+    a_gpu = gpu.to_gpu(a)
+    for k in range(1, 6):
+        p = rng.standard_normal(1000).astype(np.float32)
+        a += (p - a) / k
+        gpu.kernel("dsz_running_mean")(gpu.ptr(a_gpu), gpu.ptr(gpu.to_gpu(p)), np.int64(1000), np.float32(k),
+                                       block=(gpu.THREADS, 1, 1), grid=(gpu.blocks(1000), 1))
+        np.testing.assert_array_equal(a_gpu.get().view(np.uint32), a.view(np.uint32))
 
 
 @pytest.mark.gpu
@@ -303,7 +368,31 @@ def test_gpu_gradients_match_numpy(gpu):
     rng = np.random.default_rng(13)
     layers = [prune.Dense(l.name, l.weight, l.bias, l.activation) for l in _tail(rng, (50, 40, 10), 0.5)]
     x = rng.standard_normal((128, 50)).astype(np.float32)
-    y = rng.integers(0, 10, 128)
-    for (gw, gb), (ew, eb) in zip(train.gradients(layers, x, y), prune._gradients(layers, x, y)):
+    # the labels' one-hot mixed with a teacher's softmax, as retraining with distillation makes them
+    target = 0.4 * np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)] + 0.6 * prune._softmax(
+        rng.standard_normal((128, 10)).astype(np.float32))
+    for (gw, gb), (ew, eb) in zip(train.gradients(layers, x, target), prune._gradients(layers, x, target)):
         np.testing.assert_allclose(gw, ew, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_retrain_matches_numpy(gpu):
+    """prune.retrain's loop on GpuSteps against NumpySteps: gradual pruning, distillation and the
+    running mean; the same sparsity exactly, the weights equal up to float summation order."""
+    prune = pytest.importorskip("pydsz.prune")
+
+    rng = np.random.default_rng(17)
+    layers = [prune.Dense(l.name, l.weight * 4, l.bias, l.activation) for l in _tail(rng, (30, 40, 10), 0.0)]
+    h = (rng.standard_normal((640, 30)) * 3).astype(np.float32)
+    y = np.argmax(prune.forward(layers, h), axis=1)
+    kw = dict(epochs=2, targets={"fc1": 0.8}, teacher=layers, distill=0.5)
+    cpu = prune.retrain(layers, {}, h, y, device="cpu", **kw)
+    gpu_layers = prune.retrain(layers, {}, h, y, device="gpu", **kw)
+    for c, g in zip(cpu, gpu_layers):
+        assert np.count_nonzero(g.weight) == np.count_nonzero(c.weight)
+        assert np.mean((g.weight != 0) == (c.weight != 0)) >= 0.99  # a magnitude tie may break differently
+        both = (g.weight != 0) & (c.weight != 0)
+        np.testing.assert_allclose(g.weight[both], c.weight[both], rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(g.bias, c.bias, rtol=1e-3, atol=1e-4)
+    assert abs(prune.count_correct(gpu_layers, h, y, device="gpu") - prune.count_correct(gpu_layers, h, y)) <= 1

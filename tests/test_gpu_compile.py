@@ -30,7 +30,8 @@ def _entry(ptx: str, name: str) -> str:
 def test_kernels_compile_warning_free(tmp_path, arch):
     ptx = _ptx(tmp_path, arch)
     for name in ("dsz_quantize_many", "dsz_reconstruct_scatter", "dsz_gemm", "dsz_top1_count", "dsz_activation",
-                 "dsz_softmax_xent_grad", "dsz_activation_grad", "dsz_column_sum", "dsz_masked_adam"):
+                 "dsz_softmax_xent_grad", "dsz_activation_grad", "dsz_column_sum", "dsz_masked_adam",
+                 "dsz_running_mean"):
         _entry(ptx, name)
 
 

@@ -241,9 +241,11 @@ __device__ __forceinline__ int dsz_better(float v, int i, float bv, int bi)
     return v > bv || (v == bv && i < bi);
 }
 
-/* count[0] += number of rows r of scores [rows, cols] whose argmax is label[r]; one warp a row */
+/* count[0] += number of rows r of scores [rows, cols] whose argmax is label[r]; one warp a row.
+ * hit, unless NULL, receives each row's outcome (1 = right): the assessment counts the samples
+ * a layer's error flips either way, not only the net change. */
 __global__ void dsz_top1_count(const float* __restrict__ scores, int rows, int cols, const int* __restrict__ label,
-                               unsigned long long* __restrict__ count)
+                               unsigned long long* __restrict__ count, unsigned char* __restrict__ hit)
 {
     int const lane = threadIdx.x & 31;
     int const warps = (gridDim.x * blockDim.x) >> 5;
@@ -259,16 +261,21 @@ __global__ void dsz_top1_count(const float* __restrict__ scores, int rows, int c
             int const oi = __shfl_down_sync(0xffffffffu, bi, off);
             if (dsz_better(ov, oi, best, bi)) { best = ov; bi = oi; }
         }
-        if (lane == 0 && bi == label[r]) hits++;
+        if (lane == 0) {
+            int const right = bi == label[r];
+            hits += right;
+            if (hit) hit[r] = (unsigned char)right;
+        }
     }
     if (lane == 0 && hits) atomicAdd(count, (unsigned long long)hits);
 }
 
 /* ---------------------------------------------------------------- training */
 
-/* delta[r, :] = (softmax(logits[r, :]) - onehot(label[r])) / rows, as prune._gradients computes
- * it; one warp a row, logits and delta may alias */
-__global__ void dsz_softmax_xent_grad(const float* logits, int rows, int cols, const int* __restrict__ label,
+/* delta[r, :] = (softmax(logits[r, :]) - target[r, :]) / rows, as prune._gradients computes it
+ * (target: class probabilities, the labels' one-hot mixed with a teacher's softmax); one warp a
+ * row; logits and delta may alias, since each lane reads and writes only its own columns */
+__global__ void dsz_softmax_xent_grad(const float* logits, int rows, int cols, const float* __restrict__ target,
                                       float* delta)
 {
     int const lane = threadIdx.x & 31;
@@ -276,6 +283,7 @@ __global__ void dsz_softmax_xent_grad(const float* logits, int rows, int cols, c
     float const n_rows = (float)rows;
     for (int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
         const float* const z = logits + (long long)r * cols;
+        const float* const t = target + (long long)r * cols;
         float* const d = delta + (long long)r * cols;
         float m = -INFINITY;
         for (int c = lane; c < cols; c += 32) m = fmaxf(m, z[c]);
@@ -284,9 +292,8 @@ __global__ void dsz_softmax_xent_grad(const float* logits, int rows, int cols, c
         for (int c = lane; c < cols; c += 32) s = __fadd_rn(s, expf(__fsub_rn(z[c], m)));
         for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
         for (int c = lane; c < cols; c += 32) {
-            float p = __fdiv_rn(expf(__fsub_rn(z[c], m)), s);
-            if (c == label[r]) p = __fsub_rn(p, 1.0f);
-            d[c] = __fdiv_rn(p, n_rows);
+            float const p = __fdiv_rn(expf(__fsub_rn(z[c], m)), s);
+            d[c] = __fdiv_rn(__fsub_rn(p, t[c]), n_rows);
         }
     }
 }
@@ -343,6 +350,15 @@ __global__ void dsz_masked_adam(float* __restrict__ p, float* __restrict__ grad,
         if (mask) pi = __fmul_rn(pi, mask[i]);
         p[i] = pi;
     }
+}
+
+/* a[i] += (p[i] - a[i]) / k: the k-th term of retraining's running mean of the weights, as
+ * prune.NumpySteps.average computes it in float32 */
+__global__ void dsz_running_mean(float* __restrict__ a, const float* __restrict__ p, long long n, float k)
+{
+    long long const stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        a[i] = __fadd_rn(a[i], __fdiv_rn(__fsub_rn(p[i], a[i]), k));
 }
 
 } /* extern "C" */
