@@ -54,8 +54,8 @@ def budgets_for(max_loss: float) -> tuple[float, ...]:
 class _Bench:
     """The pruned model, its FC weights and the evaluation every method shares."""
 
-    def __init__(self, pruned: bytes, val, test, num_threads: Optional[int]):
-        self.pruned, self.val, self.test, self.num_threads = pruned, val, test, num_threads
+    def __init__(self, pruned: bytes, val, test, num_threads: Optional[int], device: str):
+        self.pruned, self.val, self.test, self.num_threads, self.device = pruned, val, test, num_threads, device
         self.model = TFLiteModel(pruned)
         self.names = [layer.name for layer in compressible_layers(self.model, "fc")]
         self.weights = {name: np.array(self.model.weight(name), np.float32) for name in self.names}
@@ -110,7 +110,8 @@ def _ours(bench: _Bench, budgets, reference: float, bar) -> list[dict]:
     out = []
     for budget in budgets:
         start = time.perf_counter()
-        result = compress(bench.pruned, *bench.val, budget, reference_top1=reference, num_threads=bench.num_threads)
+        result = compress(bench.pruned, *bench.val, budget, reference_top1=reference, num_threads=bench.num_threads,
+                          device=bench.device)
         encode_s = time.perf_counter() - start
         layers = result.layers
         # a layer kept lossless lives in the .dsz's zstd rest; it counts with its zstd size
@@ -124,7 +125,7 @@ def _ours(bench: _Bench, budgets, reference: float, bar) -> list[dict]:
 
 def _deepsz(bench: _Bench, budgets, reference: float, pruned_val: float, bar) -> list[dict]:
     n = len(bench.val[1])
-    evaluator = Evaluator(bench.pruned, *bench.val, bench.names, num_threads=bench.num_threads)
+    evaluator = Evaluator(bench.pruned, *bench.val, bench.names, num_threads=bench.num_threads, device=bench.device)
     start = time.perf_counter()
     table, streams = deepsz.assess(evaluator, bench.weights)
     assess_s = time.perf_counter() - start
@@ -158,9 +159,11 @@ def run(
     title: str = "model",
     progress: bool = False,
     num_threads: Optional[int] = None,
+    device: str = "cpu",
 ) -> dict:
     """Prune (when `train` and `sparsity` are given), then run every method; returns the results,
-    JSON-ready: the models' accuracies, every point of every curve, the main rows and the comparisons."""
+    JSON-ready: the models' accuracies, every point of every curve, the main rows and the comparisons.
+    device ("cpu" or "gpu"): where pruning retrains and pydsz's and DeepSZ's assessments run the tail."""
     from tqdm import tqdm
 
     from pydsz.prune import prune_model
@@ -175,7 +178,7 @@ def run(
         raise InputError(f"budgets {budgets}: each must be in (0, 1)")
     sz3.compress(np.zeros(1, np.float32), 1.0)  # fail early, before pruning, without h5py/hdf5plugin
     original = bytes(tflite_bytes)
-    info: dict = {"model": title, "max_loss": max_loss, "budgets": budgets,
+    info: dict = {"model": title, "max_loss": max_loss, "budgets": budgets, "device": device,
                   "samples": {"val": int(len(val[1])), "test": int(len(test[1]))}}
     orig_val, orig_test = (runtime.accuracy(original, *d, num_threads=num_threads) for d in (val, test))
     info["original"] = {"val_top1": orig_val, "test_top1": orig_test, "file_bytes": len(original)}
@@ -183,9 +186,9 @@ def run(
     if train is not None:
         start = time.perf_counter()
         pruned = prune_model(original, train, val, sparsity, epochs=epochs, distill=distill, progress=progress,
-                             num_threads=num_threads).tflite
+                             num_threads=num_threads, device=device).tflite
         prune_s = time.perf_counter() - start
-    bench = _Bench(pruned, val, test, num_threads)
+    bench = _Bench(pruned, val, test, num_threads, device)
     pruned_val, pruned_test = bench.accuracy(pruned)
     info["pruned"] = {
         "val_top1": pruned_val, "test_top1": pruned_test, "prune_s": prune_s, "file_bytes": len(pruned),

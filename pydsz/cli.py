@@ -121,20 +121,37 @@ def _print_result(result, quiet: bool) -> None:
         print(totals_line(result))
 
 
+def _device(args) -> str:
+    """--device resolved to "cpu" or "gpu"; an InputError (exit 1) when the GPU is asked for and missing."""
+    from .gpu.device import name, resolve
+
+    device = resolve(args.device)
+    if device == "gpu" and not args.quiet:
+        print(f"device: GPU ({name()})", flush=True)
+    return device
+
+
+def _print_device(result, quiet: bool) -> None:
+    if not quiet and result.cpu_reason:
+        print(f"the assessment ran on the CPU: {result.cpu_reason}")
+
+
 def cmd_compress(args) -> None:
     from .container import write_atomic
     from .data import load_npz
     from .pipeline import compress
     from .report import write_report
 
+    device = _device(args)
     model = load_tflite(args.model)
     x, y = load_npz(args.data)
     result = compress(model, x, y, args.max_loss, target_ratio=args.target_ratio, layers=args.layers,
-                      margin=args.margin, progress=not args.quiet, num_threads=args.num_threads)
+                      margin=args.margin, progress=not args.quiet, num_threads=args.num_threads, device=device)
     write_atomic(args.output, result.dsz)
     if args.report:
         write_report(result, args.report)
     _print_result(result, args.quiet)
+    _print_device(result, args.quiet)
     if not args.quiet:
         print(f"wrote {args.output} ({len(result.dsz)} bytes)")
 
@@ -144,11 +161,11 @@ def cmd_prune(args) -> None:
     from .data import load_npz
     from .prune import prune_model
 
+    device = _device(args)
     model = load_tflite(args.model)
     train, val = load_npz(args.train), load_npz(args.data)
     result = prune_model(model, train, val, args.sparsity, epochs=args.epochs, auto_budget=args.auto_budget,
-                         distill=args.distill,
-                         progress=not args.quiet, num_threads=args.num_threads)
+                         distill=args.distill, progress=not args.quiet, num_threads=args.num_threads, device=device)
     write_atomic(args.output, result.tflite)
     if not args.quiet:
         if result.already_sparse:
@@ -163,18 +180,20 @@ def cmd_demo(args) -> None:
     from .pipeline import REFERENCE, reference_run, reference_table
     from .report import layer_table, write_report
 
+    device = _device(args)
     if not args.quiet:
         spec = REFERENCE[args.model]
         print(f"{spec['title']}: prune " + ", ".join(f"{k}={v}" for k, v in spec["sparsity"].items())
               + f" ({spec['epochs']} epochs on Fashion-MNIST's first 55,000 training images), then compress "
               f"within {100 * args.max_loss:g} points of top-1 on the validation split", flush=True)
-    row = reference_run(args.model, max_loss=args.max_loss, progress=not args.quiet)
+    row = reference_run(args.model, max_loss=args.max_loss, progress=not args.quiet, device=device)
     if args.output:
         write_atomic(args.output, row["result"].dsz)
     if args.report:
         write_report(row["result"], args.report, extra={"reference": row["summary"]})
     print(layer_table(row["result"]))
     print(reference_table([row]))
+    _print_device(row["result"], args.quiet)
 
 
 def _budgets(text: str):
@@ -190,12 +209,13 @@ def cmd_bench(args) -> None:
     from . import bench
     from .data import load_npz
 
+    device = _device(args)
     model = load_tflite(args.model)
     val, test = load_npz(args.data), load_npz(args.test)
     train = load_npz(args.train) if args.train else None
     info = bench.run(model, val, test, args.max_loss, train=train, sparsity=args.sparsity, epochs=args.epochs,
                      distill=args.distill, budgets=args.budgets, title=os.path.basename(args.model),
-                     progress=not args.quiet, num_threads=args.num_threads)
+                     progress=not args.quiet, num_threads=args.num_threads, device=device)
     if args.report:
         directory = os.path.join(args.report, "")
         bench.write_report(info, directory + "bench.json", directory + "bench.png")
@@ -211,6 +231,12 @@ def _add_retraining_arguments(p) -> None:
     p.add_argument("--epochs", type=float, default=8, help="retraining epochs (default 8)")
     p.add_argument("--distill", type=float, default=0.5,
                    help="share of the unpruned model's predictions in the training target (default 0.5; 0: labels only)")
+
+
+def _add_device_argument(p) -> None:
+    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto",
+                   help="where retraining and the assessment run the FC tail: gpu needs pip install pydsz[gpu] "
+                   "and an NVIDIA GPU; auto (default) takes the GPU when both are there")
 
 
 def _add_output_arguments(p, output_help: str) -> None:
@@ -239,6 +265,7 @@ def _add_bench_command(sub) -> None:
                    help="loss budgets swept by pydsz and DeepSZ (default: 0.5, 0.75, 1, 1.5, 2 and 4 times --max-loss)")
     p.add_argument("--report", metavar="DIR", help="write bench.json and bench.png (ratio vs test loss) there")
     p.add_argument("--sweep", action="store_true", help="also print every point of every curve")
+    _add_device_argument(p)
     p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
@@ -260,11 +287,12 @@ def _add_pipeline_commands(sub) -> None:
                    help="standard deviations of validation noise kept in hand when choosing bounds "
                    "(default 1; 0 trusts the measured drops as they are and overfits the validation set)")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
+    _add_device_argument(p)
     _add_output_arguments(p, "output .dsz file")
     p.set_defaults(func=cmd_compress)
 
     p = sub.add_parser("prune", help="magnitude-prune the FC layers and retrain with the masks held",
-                       description="Prune FC layers by magnitude and retrain the FC tail (numpy) on cached "
+                       description="Prune FC layers by magnitude and retrain the FC tail (numpy or GPU) on cached "
                        "activations; the conv trunk stays frozen.")
     p.add_argument("model", help="input .tflite model")
     p.add_argument("--train", required=True, help="training .npz with arrays x and y")
@@ -274,6 +302,7 @@ def _add_pipeline_commands(sub) -> None:
     _add_retraining_arguments(p)
     p.add_argument("--auto-budget", type=float, default=0.001,
                    help="validation top-1 loss `auto` may spend, checked after the full retraining (default 0.001)")
+    _add_device_argument(p)
     _add_output_arguments(p, "output .tflite file")
     p.set_defaults(func=cmd_prune)
 
@@ -287,6 +316,7 @@ def _add_pipeline_commands(sub) -> None:
     p.add_argument("--max-loss", type=float, default=0.003, help="top-1 loss budget (default 0.003)")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
     p.add_argument("-o", "--output", help="also write the .dsz there")
+    _add_device_argument(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_demo)
 

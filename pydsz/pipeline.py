@@ -58,6 +58,8 @@ class Result:
     margin: float = 1.0  # noise margin of the decisions (standard deviations)
     attempts: list[dict] = field(default_factory=list)  # one per verification round
     fast_evaluation: bool = True
+    device: str = "cpu"  # where the FC tail's evaluations ran
+    cpu_reason: Optional[str] = None  # why they ran on the CPU although the GPU was asked for
 
     @property
     def loss(self) -> float:
@@ -140,6 +142,7 @@ def compress(
     margin: float = 1.0,
     progress: bool = False,
     num_threads: Optional[int] = None,
+    device: str = "cpu",
 ) -> Result:
     """The smallest .dsz of a model whose top-1 on (x, y) is at most `max_loss` below the original's.
 
@@ -149,6 +152,7 @@ def compress(
     margin: how many standard deviations of validation noise every decision keeps in hand (0
     takes the measured drops at face value, which overfits the validation set: the chosen
     bounds then lose more on unseen data). The final measured loss is <= max_loss either way.
+    device: "cpu" or "gpu" (pydsz.gpu.device.resolve), where the assessment runs the FC tail.
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
@@ -161,7 +165,7 @@ def compress(
     reference = top1_before if reference_top1 is None else reference_top1
     allowed = allowed_samples(max_loss, reference, top1_before, n)
 
-    evaluator = Evaluator(data, x, y, names, num_threads=num_threads)
+    evaluator = Evaluator(data, x, y, names, num_threads=num_threads, device=device)
     table = assess(evaluator, model, names, allowed, progress=progress)
     max_size = None
     if target_ratio is not None:
@@ -193,6 +197,7 @@ def compress(
         dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n,
         top1_before=top1_before, top1_after=top1_after, max_loss=max_loss, allowed_drop=allowed,
         model_bytes=len(data), reference_top1=reference_top1, margin=margin, attempts=attempts, fast_evaluation=evaluator.fast,
+        device=evaluator.device, cpu_reason=evaluator.cpu_reason,
     )
 
 
@@ -280,7 +285,7 @@ REFERENCE = {
 TRAIN_SIZE = 55000  # Fashion-MNIST's first 55,000 training images; the last 5,000 are validation
 
 
-def reference_run(name: str, max_loss: float = 0.003, progress: bool = False) -> dict:
+def reference_run(name: str, max_loss: float = 0.003, progress: bool = False, device: str = "cpu") -> dict:
     """Prune a bundled reference model, compress it within max_loss of the unpruned model's
     validation top-1 (pruning and compression share the budget), and measure both on the test split.
 
@@ -299,9 +304,10 @@ def reference_run(name: str, max_loss: float = 0.003, progress: bool = False) ->
     val, test = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
     start = time.perf_counter()
     pruned = prune_model(model, (x[:TRAIN_SIZE], y[:TRAIN_SIZE]), val, spec["sparsity"], epochs=spec["epochs"],
-                         distill=spec["distill"], progress=progress)
+                         distill=spec["distill"], progress=progress, device=device)
     pruned_at = time.perf_counter()
-    result = compress(pruned.tflite, *val, max_loss, reference_top1=pruned.top1_before, progress=progress)
+    result = compress(pruned.tflite, *val, max_loss, reference_top1=pruned.top1_before, progress=progress,
+                      device=device)
     done = time.perf_counter()
     decoded = container.load(result.dsz).tflite_bytes()
     summary = {

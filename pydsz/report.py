@@ -27,7 +27,7 @@ def to_dict(result: Result, extra: Optional[dict] = None) -> dict:
             "top1_after": result.top1_after, "measured_loss": result.loss, "max_loss": result.max_loss,
             "allowed_drop_samples": result.allowed_drop, "samples": result.samples,
             "reference_top1": result.reference_top1, "margin": result.margin,
-            "fast_evaluation": result.fast_evaluation,
+            "fast_evaluation": result.fast_evaluation, "device": result.device, "cpu_reason": result.cpu_reason,
         },
         "verification": result.attempts,
         "curves": {name: [p.as_dict() for p in points] for name, points in result.curves.items()},

@@ -9,6 +9,7 @@ from pydsz import container, pipeline, runtime
 from pydsz.assess import Point
 from pydsz.data import bundled, load_npz
 from pydsz.errors import InputError
+from pydsz.gpu import device
 from pydsz.report import layer_table, totals_line, write_report
 
 
@@ -153,6 +154,22 @@ def test_cli_compress_writes_the_dsz_and_the_report(small_val, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "" and out.read_bytes()[:4] == container.MAGIC
     assert (tmp_path / "rep" / "report.json").exists() and (tmp_path / "rep" / "curves.png").exists()
+    totals = json.loads((tmp_path / "rep" / "report.json").read_text())["totals"]
+    assert totals["device"] == ("gpu" if device.available() else "cpu")  # --device auto
+
+
+@pytest.mark.parametrize("command", ["compress", "prune", "demo", "bench"])
+def test_cli_device_gpu_without_a_gpu_is_one_line_and_writes_nothing(small_val, tmp_path, command):
+    if device.available():
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "out"
+    args = {"compress": [bundled("lenet300.tflite"), "--data", small_val, "-o", out],
+            "prune": [bundled("lenet300.tflite"), "--train", small_val, "--data", small_val, "--sparsity", "0.9",
+                      "-o", out],
+            "demo": ["-o", out],
+            "bench": [bundled("lenet300.tflite"), "--data", small_val, "--test", small_val, "--report", out]}[command]
+    _one_line_error(_dsz(command, *args, "--device", "gpu"), "--device gpu", device.missing())
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("arrays, words", [({"x": np.zeros((3, 28, 28), np.uint8)}, ["no array 'y'"]),
