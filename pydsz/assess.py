@@ -65,19 +65,25 @@ class Measure:
         return self.drop + margin * float(np.sqrt(self.lost + self.gained))
 
 
-def encode_weight(w: np.ndarray, bound: float) -> tuple[np.ndarray, int, int, int]:
+def _matrix(w: np.ndarray) -> np.ndarray:
+    """A weight tensor as the sparse codec stores it: [first axis, the rest]."""
+    return np.ascontiguousarray(w, dtype=np.float32).reshape(w.shape[0] if w.ndim else 1, -1)
+
+
+def encode_weight(w: np.ndarray, bound: float,
+                  pattern: Optional[codec.SparseIndex] = None) -> tuple[np.ndarray, int, int, int]:
     """What the container does to a weight tensor: (decoded values, stream bytes, data, index bytes).
 
     Bound 0 keeps it lossless (zstd, as the container stores it). A tensor that is mostly non-zero
-    may go to the dense codec when that is smaller, as the container decides.
+    may go to the dense codec when that is smaller, as the container decides. pattern: the
+    tensor's codec.sparse_index, when it is encoded at many bounds (the same answers, faster).
     """
     w = np.ascontiguousarray(w, dtype=np.float32)
     if bound == 0:
         raw = w.tobytes()
         size = len(zstandard.ZstdCompressor(level=LOSSLESS_LEVEL).compress(raw))
         return w, size, size, 0
-    matrix = w.reshape(w.shape[0] if w.ndim else 1, -1)
-    stream = codec.encode_sparse(matrix, bound)
+    stream = codec.encode_sparse(_matrix(w), bound, index=pattern)
     if np.count_nonzero(w) > w.size // 2:
         dense = codec.compress_array(w, bound)
         if len(dense) < len(stream):
@@ -201,9 +207,11 @@ def assess_layer(
     """
     stop = max(2 * budget, budget + 10)
     top = 2 * float(np.max(np.abs(weight))) if weight.size else FIRST_BOUND
+    # the index section depends on where the non-zeros are, not on the bound: chosen once
+    pattern = codec.sparse_index(_matrix(weight))
 
     def measure(bound: float) -> Point:
-        decoded, size, data, index = encode_weight(weight, bound)
+        decoded, size, data, index = encode_weight(weight, bound, pattern)
         m = evaluator.drop({} if bound == 0 else {name: decoded})
         point = Point(name, bound, size, data, index, m.correct, m.drop, m.lost, m.gained)
         if on_point:

@@ -240,49 +240,73 @@ def decompress_array(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
 
 # ---- sparse matrices ----
 
-def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: str = "auto", *,
-                  predictor: str = "auto", radius: int = 32768) -> bytes:
-    """Encode a 2-D float32 matrix as its non-zeros (error-bounded, row-major) and their
-    positions (lossless, with the smallest index codec when index_codec='auto').
-    In mode 'rel' the bound is relative to the range of the non-zero finite values."""
+class SparseIndex:
+    """The index section encode_sparse chooses for a matrix: it depends on the positions of the
+    non-zeros only, not on the bound, so an assessment that encodes one matrix at many bounds
+    chooses it once (sparse_index) and passes it to every encode_sparse(..., index=...)."""
+
+    def __init__(self, codec: int, lossless: int, stored: bytes, raw: int, gap8: bytes):
+        self.codec, self.lossless, self.stored, self.raw = codec, lossless, stored, raw
+        self.gap8 = gap8  # the raw gap8 section: what the matrix's pattern is checked against
+
+
+def _sparse_args(w: Any, error_bound: float, mode: str, index_codec: str, predictor: str, radius: int):
     a = _check_float32(w, "encode_sparse")
     if a.ndim != 2:
         raise ValueError(f"encode_sparse: a 2-D matrix is needed, got {a.ndim} dimensions")
     eb = _check_bound(error_bound, mode)
     if index_codec != "auto":
         _check_choice(index_codec, INDEX_CODECS, "index_codec")
-    pred = _check_choice(predictor, PREDICTORS, "predictor")
-    radius = _check_radius(radius)
-    a = np.ascontiguousarray(a)
-    bound = _absolute_bound(a[a != 0] if mode == "rel" else a, eb, mode)
-    first = INDEX_CODECS["gap8"] if index_codec == "auto" else INDEX_CODECS[index_codec]
-    frame = _core.encode_sparse(a, bound, eb, MODES[mode], pred, radius, first)
-    info = _core.frame_info(frame)
-    hs, dr = info["header_size"], info["data_raw"]
+    return np.ascontiguousarray(a), eb, _check_choice(predictor, PREDICTORS, "predictor"), _check_radius(radius)
+
+
+def _choose_index(a: np.ndarray, index_codec: str, first: int, section: bytes) -> SparseIndex:
+    """The smallest index section among the codecs index_codec allows; `section` is the one the
+    frame was encoded with (codec `first`)."""
     candidates = []  # (index codec, lossless codec, stored bytes, raw size)
+    gap8 = section if first == INDEX_CODECS["gap8"] else _core.encode_sparse_index(a, INDEX_CODECS["gap8"])
     if index_codec in ("auto", "gap8"):
-        gap8 = frame[hs + dr:]
         candidates.append((INDEX_CODECS["gap8"], *_wrap(gap8, _gap8_wrappers(len(gap8))), len(gap8)))
     if index_codec in ("auto", "huffgap"):
-        if first == INDEX_CODECS["huffgap"]:
-            huff = frame[hs + dr:]
-        else:
-            huff = _core.encode_sparse_index(a, INDEX_CODECS["huffgap"])
+        huff = section if first == INDEX_CODECS["huffgap"] else _core.encode_sparse_index(a, INDEX_CODECS["huffgap"])
         candidates.append((INDEX_CODECS["huffgap"], *_wrap(huff, _DATA_WRAPPERS), len(huff)))
     best = min(candidates, key=lambda c: len(c[2])) if candidates else None
     if index_codec in ("auto", "bitmap"):
-        if first == INDEX_CODECS["bitmap"]:
-            bitmap = frame[hs + dr:]
-        else:
-            bitmap = _core.encode_sparse_index(a, INDEX_CODECS["bitmap"])
+        bitmap = section if first == INDEX_CODECS["bitmap"] else _core.encode_sparse_index(a, INDEX_CODECS["bitmap"])
         # the bitmap decodes slower than the gap codecs: take it only when clearly smaller
         if best is None or len(bitmap) < BITMAP_MIN_GAIN * len(best[2]):
             best = (INDEX_CODECS["bitmap"], _NONE, bitmap, len(bitmap))
-    index_id, index_lossless, index_bytes, index_raw = best
+    return SparseIndex(*best, gap8=gap8)
+
+
+def sparse_index(w: Any, index_codec: str = "auto") -> SparseIndex:
+    """The index section encode_sparse(w, ..., index_codec) would choose, for reuse at other bounds."""
+    a, _, _, _ = _sparse_args(w, 1.0, "abs", index_codec, "none", 1)
+    first = INDEX_CODECS["gap8"] if index_codec == "auto" else INDEX_CODECS[index_codec]
+    return _choose_index(a, index_codec, first, _core.encode_sparse_index(a, first))
+
+
+def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: str = "auto", *,
+                  predictor: str = "auto", radius: int = 32768, index: SparseIndex | None = None) -> bytes:
+    """Encode a 2-D float32 matrix as its non-zeros (error-bounded, row-major) and their
+    positions (lossless, with the smallest index codec when index_codec='auto').
+    In mode 'rel' the bound is relative to the range of the non-zero finite values.
+    index: sparse_index(w, index_codec), chosen once for many bounds (the same bytes come out,
+    faster); ValueError if w's non-zeros are not where that index has them."""
+    a, eb, pred, radius = _sparse_args(w, error_bound, mode, index_codec, predictor, radius)
+    bound = _absolute_bound(a[a != 0] if mode == "rel" else a, eb, mode)
+    first = INDEX_CODECS["gap8"] if index_codec == "auto" or index is not None else INDEX_CODECS[index_codec]
+    frame = _core.encode_sparse(a, bound, eb, MODES[mode], pred, radius, first)
+    info = _core.frame_info(frame)
+    hs, dr = info["header_size"], info["data_raw"]
+    if index is None:
+        index = _choose_index(a, index_codec, first, frame[hs + dr:])
+    elif frame[hs + dr:] != index.gap8:
+        raise ValueError("encode_sparse: the index given was chosen for a matrix with other non-zero positions")
     data_lossless, data_bytes = _wrap(frame[hs:hs + dr], _DATA_WRAPPERS)
-    info.update(index_codec=index_id, index_lossless=index_lossless, index_raw=index_raw,
-                index_stored=len(index_bytes), data_lossless=data_lossless, data_stored=len(data_bytes))
-    return _core.write_header(info) + data_bytes + index_bytes
+    info.update(index_codec=index.codec, index_lossless=index.lossless, index_raw=index.raw,
+                index_stored=len(index.stored), data_lossless=data_lossless, data_stored=len(data_bytes))
+    return _core.write_header(info) + data_bytes + index.stored
 
 
 def decode_sparse(buf: Any, out: np.ndarray | None = None) -> np.ndarray:

@@ -174,3 +174,25 @@ def test_decompress_array_into_a_caller_array():
     out = np.empty(600, np.float32)
     codec.decompress_array(buf, out=out)
     assert np.array_equal(out.reshape(20, 30), codec.decompress_array(buf))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(0, 40), cols=st.integers(0, 300), density=st.floats(0, 1), seed=st.integers(0, 2**16),
+       index_codec=st.sampled_from(["auto", "gap8", "huffgap", "bitmap"]),
+       bounds=st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=3))
+def test_an_index_chosen_once_gives_the_same_bytes_at_every_bound(rows, cols, density, seed, index_codec, bounds):
+    w = pruned(rows, cols, density, seed)
+    pattern = codec.sparse_index(w, index_codec)
+    for eb in bounds:
+        assert codec.encode_sparse(w, eb, index_codec=index_codec, index=pattern) == \
+            codec.encode_sparse(w, eb, index_codec=index_codec)
+
+
+def test_an_index_of_another_pattern_is_refused():
+    w = pruned(30, 40, 0.2)
+    moved = w.copy()
+    moved[0, np.flatnonzero(w[0] == 0)[0]] = 0.5  # one more non-zero
+    with pytest.raises(ValueError, match="other non-zero positions"):
+        codec.encode_sparse(moved, 1e-3, index=codec.sparse_index(w))
+    # the values may change freely: only the positions matter
+    assert codec.decode_sparse(codec.encode_sparse(w * 2, 1e-3, index=codec.sparse_index(w))).shape == w.shape
