@@ -312,7 +312,8 @@ def test_gpu_running_mean_is_numpys(gpu):
     for k in range(1, 6):
         p = rng.standard_normal(1000).astype(np.float32)
         a += (p - a) / k
-        gpu.kernel("dsz_running_mean")(gpu.ptr(a_gpu), gpu.ptr(gpu.to_gpu(p)), np.int64(1000), np.float32(k),
+        p_gpu = gpu.to_gpu(p)  # held: a pointer alone does not keep the device memory alive
+        gpu.kernel("dsz_running_mean")(gpu.ptr(a_gpu), gpu.ptr(p_gpu), np.int64(1000), np.float32(k),
                                        block=(gpu.THREADS, 1, 1), grid=(gpu.blocks(1000), 1))
         np.testing.assert_array_equal(a_gpu.get().view(np.uint32), a.view(np.uint32))
 
