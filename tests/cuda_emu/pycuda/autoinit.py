@@ -1,0 +1,4 @@
+from cuda_emu import Device, init
+
+init()
+device = Device(0)

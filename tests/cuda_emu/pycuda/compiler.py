@@ -1,0 +1,1 @@
+from cuda_emu import SourceModule  # noqa: F401

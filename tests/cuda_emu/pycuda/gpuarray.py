@@ -1,0 +1,1 @@
+from cuda_emu import GPUArray, empty, to_gpu, zeros  # noqa: F401
