@@ -2,6 +2,3 @@
 
 Put tests/cuda_emu first on PYTHONPATH and `import pycuda` finds this package instead of the real one.
 """
-
-VERSION = (0, 0)
-VERSION_TEXT = "pydsz CPU emulator"
