@@ -293,13 +293,18 @@ def test_gpu_tail_hits_match_numpy(gpu):
         TailHits(tail, h, np.full(len(h), 10))
 
 
+def _dense_layers(prune, rng):
+    """A small half-pruned tail as pydsz.prune trains it (prune.Dense layers)."""
+    return [prune.Dense(l.name, l.weight, l.bias, l.activation) for l in _tail(rng, (50, 40, 10), 0.5)]
+
+
 @pytest.mark.gpu
 def test_gpu_forward_matches_numpy(gpu):
     prune = pytest.importorskip("pydsz.prune")
     from pydsz.gpu import train
 
     rng = np.random.default_rng(15)
-    layers = [prune.Dense(l.name, l.weight, l.bias, l.activation) for l in _tail(rng, (50, 40, 10), 0.5)]
+    layers = _dense_layers(prune, rng)
     h = rng.standard_normal((7000, 50)).astype(np.float32)
     np.testing.assert_allclose(train.forward(layers, h, chunk=3000), prune.forward(layers, h), rtol=1e-4, atol=1e-5)
 
@@ -367,7 +372,7 @@ def test_gpu_gradients_match_numpy(gpu):
     from pydsz.gpu import train
 
     rng = np.random.default_rng(13)
-    layers = [prune.Dense(l.name, l.weight, l.bias, l.activation) for l in _tail(rng, (50, 40, 10), 0.5)]
+    layers = _dense_layers(prune, rng)
     x = rng.standard_normal((128, 50)).astype(np.float32)
     # the labels' one-hot mixed with a teacher's softmax, as retraining with distillation makes them
     target = 0.4 * np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)] + 0.6 * prune._softmax(
