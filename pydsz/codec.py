@@ -250,14 +250,13 @@ class SparseIndex:
         self.gap8 = gap8  # the raw gap8 section: what the matrix's pattern is checked against
 
 
-def _sparse_args(w: Any, error_bound: float, mode: str, index_codec: str, predictor: str, radius: int):
+def _sparse_matrix(w: Any, index_codec: str) -> np.ndarray:
     a = _check_float32(w, "encode_sparse")
     if a.ndim != 2:
         raise ValueError(f"encode_sparse: a 2-D matrix is needed, got {a.ndim} dimensions")
-    eb = _check_bound(error_bound, mode)
     if index_codec != "auto":
         _check_choice(index_codec, INDEX_CODECS, "index_codec")
-    return np.ascontiguousarray(a), eb, _check_choice(predictor, PREDICTORS, "predictor"), _check_radius(radius)
+    return np.ascontiguousarray(a)
 
 
 def _choose_index(a: np.ndarray, index_codec: str, first: int, section: bytes) -> SparseIndex:
@@ -281,7 +280,7 @@ def _choose_index(a: np.ndarray, index_codec: str, first: int, section: bytes) -
 
 def sparse_index(w: Any, index_codec: str = "auto") -> SparseIndex:
     """The index section encode_sparse(w, ..., index_codec) would choose, for reuse at other bounds."""
-    a, _, _, _ = _sparse_args(w, 1.0, "abs", index_codec, "none", 1)
+    a = _sparse_matrix(w, index_codec)
     first = INDEX_CODECS["gap8"] if index_codec == "auto" else INDEX_CODECS[index_codec]
     return _choose_index(a, index_codec, first, _core.encode_sparse_index(a, first))
 
@@ -293,7 +292,10 @@ def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: st
     In mode 'rel' the bound is relative to the range of the non-zero finite values.
     index: sparse_index(w, index_codec), chosen once for many bounds (the same bytes come out,
     faster); ValueError if w's non-zeros are not where that index has them."""
-    a, eb, pred, radius = _sparse_args(w, error_bound, mode, index_codec, predictor, radius)
+    a = _sparse_matrix(w, index_codec)
+    eb = _check_bound(error_bound, mode)
+    pred = _check_choice(predictor, PREDICTORS, "predictor")
+    radius = _check_radius(radius)
     bound = _absolute_bound(a[a != 0] if mode == "rel" else a, eb, mode)
     first = INDEX_CODECS["gap8"] if index_codec == "auto" or index is not None else INDEX_CODECS[index_codec]
     frame = _core.encode_sparse(a, bound, eb, MODES[mode], pred, radius, first)

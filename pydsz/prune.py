@@ -83,7 +83,6 @@ def count_correct(layers: Sequence[Dense], h: np.ndarray, y: np.ndarray, batch: 
 
 @dataclass
 class _Adam:
-    lr: float
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
@@ -107,9 +106,9 @@ class NumpySteps:
     (batches, learning rate, pruning schedule) drives either.
     """
 
-    def __init__(self, params: list[Dense], keep: list[Optional[np.ndarray]], lr: float):
+    def __init__(self, params: list[Dense], keep: list[Optional[np.ndarray]]):
         self.params, self.keep = params, keep
-        self.opt = _Adam(lr)
+        self.opt = _Adam()
         self.averaged = [replace(p, weight=np.zeros_like(p.weight), bias=np.zeros_like(p.bias)) for p in params]
 
     def weight(self, i: int) -> np.ndarray:
@@ -214,9 +213,9 @@ def retrain(
     if device == "gpu":
         from pydsz.gpu.train import GpuSteps
 
-        steps = GpuSteps(params, keep, lr)
+        steps = GpuSteps(params, keep)
     else:
-        steps = NumpySteps(params, keep, lr)
+        steps = NumpySteps(params, keep)
     bar = tqdm(total=total, desc="retrain", unit="step", disable=not progress, leave=False)
     order = rng.permutation(len(h))
     pos = 0

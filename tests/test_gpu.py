@@ -352,7 +352,7 @@ def test_gpu_adam_step_is_numpys_and_keeps_the_mask(gpu):
     p *= mask
     m = np.zeros_like(p)
     v = np.zeros_like(p)
-    opt = prune._Adam(1e-3)
+    opt = prune._Adam()
     expected = p.copy()
     for t in range(1, 4):
         grad = rng.standard_normal(p.shape).astype(np.float32)

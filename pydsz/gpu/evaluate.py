@@ -16,7 +16,7 @@ import numpy as np
 
 from pydsz.errors import InputError
 from pydsz.gpu import _cuda
-from pydsz.gpu.sweep import CHUNK, GpuTail
+from pydsz.gpu.sweep import CHUNK, GpuTail, check_samples
 
 __all__ = ["TailHits"]
 
@@ -30,14 +30,11 @@ class TailHits:
 
     def __init__(self, tail, h: np.ndarray, y: np.ndarray, chunk: int = CHUNK):
         self.gpu = GpuTail(tail, chunk)
-        fcs = [op for op in self.gpu.ops if op.kind == "fc"]
-        if self.gpu.ops[0].kind != "fc":
-            raise InputError("the GPU tail must start with a dense layer")
+        fcs = [op for op in self.gpu.ops if op.kind == "fc"]  # a Tail starts with one
         h = np.ascontiguousarray(h, np.float32).reshape(len(h), -1)
         y = np.asarray(y)
         self.n = len(h)
-        if self.n >= 2**31:
-            raise InputError(f"{self.n} samples: the GPU path takes fewer than 2**31")
+        check_samples(self.n)
         if y.shape != (self.n,):
             raise InputError(f"y must be a vector of {self.n} labels, got shape {y.shape}")
         classes = fcs[-1].weight.shape[0]

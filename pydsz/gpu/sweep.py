@@ -23,6 +23,12 @@ __all__ = ["GpuTail", "SweepPoint", "sweep"]
 CHUNK = 8192  # samples per pass through the tail: bounds the device workspace
 
 
+def check_samples(n: int) -> None:
+    """InputError for more samples than the kernels' 32-bit row counts address."""
+    if n >= 2**31:
+        raise InputError(f"{n} samples: the GPU path takes fewer than 2**31")
+
+
 class GpuTail:
     """A tail's ops with their weights on the device; runs batches of cached activations."""
 
@@ -92,8 +98,7 @@ def sweep(layers, h: np.ndarray, y: np.ndarray, bounds: Mapping[str, Sequence[fl
     h = h.reshape(len(h), -1)
     y = np.asarray(y)
     check_sweep(ops, h, y, bounds)
-    if len(h) >= 2**31:
-        raise InputError(f"{len(h)} samples: the GPU sweep takes fewer than 2**31")
+    check_samples(len(h))
     tail = GpuTail(layers, chunk)
     n = len(h)
     labels = _cuda.to_gpu(y.astype(np.int32, copy=False) if n else np.zeros(1, np.int32), np.int32)

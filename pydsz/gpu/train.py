@@ -144,7 +144,7 @@ class GpuSteps:
     object updates as set_mask is called, as NumpySteps does.
     """
 
-    def __init__(self, params: list, keep: list, lr: float):
+    def __init__(self, params: list, keep: list):
         self.params, self.keep = params, keep
         self.shapes = [p.weight.shape for p in params]
         self.acts = [_cuda.activation_code(p.activation) for p in params]
