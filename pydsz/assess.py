@@ -1,23 +1,26 @@
-"""Step 2 of DeepSZ: each layer's accuracy drop over a range of error bounds, one layer at a time.
+"""Step 2 of DeepSZ: each layer's loss in the chosen metric over a range of error bounds, one layer at a time.
 
-The range is found adaptively: a geometric ladder climbs (factor 2) until the drop clearly exceeds
-the budget, then every ladder step where the drop crosses from zero into the budget is refined.
-Accuracy is counted in samples (drop = correct before - correct after), so it is exact.
+The range is found adaptively: a geometric ladder climbs (factor 2) until the loss clearly exceeds
+the budget, then every ladder step where the loss crosses from zero into the budget is refined.
+Losses are sums over the samples of the metric's per-sample loss, compressed minus original (for
+top-1, samples lost minus samples gained: whole numbers, so exact).
 
 Evaluation is fast where it can be: when the layers from the first compressed one onwards form a
 chain of ops the numpy tail supports, that layer's input is captured once through the interpreter
-and the tail runs in numpy; otherwise every evaluation runs the interpreter on a patched model.
+and the tail runs in numpy; otherwise every evaluation runs the interpreter on a patched model. The
+original model's outputs are computed once.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import zstandard
 
-from pydsz import codec, runtime
+from pydsz import codec, metrics, runtime
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
 
@@ -34,17 +37,21 @@ KINDS = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}
 
 @dataclass(frozen=True)
 class Point:
-    """One measurement: `layer` alone compressed at `bound` (0: kept lossless)."""
+    """One measurement: `layer` alone compressed at `bound` (0: kept lossless).
+
+    loss and noise are summed over the samples (divide by their number for the metric's unit): for
+    top-1, loss is samples lost minus samples gained and noise sqrt(lost + gained).
+    """
 
     layer: str
     bound: float
     size: int  # bytes the layer takes in the .dsz (its whole codec stream)
     data_bytes: int  # the paper's sizes: coded non-zero values and coded index
     index_bytes: int
-    correct: int  # validation samples classified correctly
-    drop: int  # baseline correct - correct = lost - gained (negative: an improvement)
-    lost: int = 0  # samples right before and wrong now
-    gained: int = 0  # samples wrong before and right now
+    loss: float  # sum over samples of the per-sample loss, compressed minus original
+    noise: float = 0.0  # the standard deviation of `loss`
+    lost: int = 0  # samples whose loss grew
+    gained: int = 0  # samples whose loss shrank
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -52,17 +59,16 @@ class Point:
 
 @dataclass(frozen=True)
 class Measure:
-    """A validation run against the uncompressed baseline: net drop and the flips behind it."""
+    """An evaluation against the uncompressed baseline: summed loss, its noise, the samples behind it."""
 
-    drop: int
-    correct: int
+    loss: float
+    noise: float
     lost: int
     gained: int
 
     def risk(self, margin: float) -> float:
-        """The drop plus `margin` standard deviations of its noise: of the flipped samples each is a
-        coin toss between lost and gained, so the net count's deviation is about sqrt(flips)."""
-        return self.drop + margin * float(np.sqrt(self.lost + self.gained))
+        """The loss plus `margin` standard deviations of its noise."""
+        return self.loss + margin * self.noise
 
 
 def _matrix(w: np.ndarray) -> np.ndarray:
@@ -94,46 +100,65 @@ def encode_weight(w: np.ndarray, bound: float,
 
 
 class Evaluator:
-    """Counts correct top-1 predictions on the validation set with some layers' weights replaced.
+    """The metric's per-sample losses on a data set with some layers' weights replaced.
 
     Weights of layers the numpy tail covers (the FC chain from the first FC layer among
     `layer_names`, when the model allows one) are evaluated on the tail's cached input; any other
-    layer (a conv layer, or use_tail=False) goes through the interpreter. Drops are counted
-    against the same path's own baseline, so float rounding differences between the paths never
-    show up as a loss.
+    layer (a conv layer, or use_tail=False) goes through the interpreter. Losses are counted
+    against the same path's own baseline outputs, so float rounding differences between the paths
+    never show up as a loss. y: integer labels, or None where the metric needs none.
 
-    device "gpu" runs the tail on the GPU (pydsz.gpu.evaluate) when it holds only ops the GPU
-    path runs; otherwise the tail stays in numpy and `cpu_reason` says why. `device` is what runs
-    the tail.
+    device "gpu" runs the tail on the GPU (pydsz.gpu.evaluate) for top1 and agreement when it holds
+    only ops the GPU path runs; otherwise the tail stays in numpy and `cpu_reason` says why.
+    `device` is what runs the tail. evaluations and seconds count the work done.
     """
 
-    def __init__(self, tflite_bytes: bytes, x: np.ndarray, y: np.ndarray, layer_names: Sequence[str],
-                 num_threads: Optional[int] = None, use_tail: bool = True, device: str = "cpu"):
+    def __init__(self, tflite_bytes: bytes, x, y, layer_names: Sequence[str],
+                 metric: Union[str, metrics.Metric, Callable] = "top1", num_threads: Optional[int] = None,
+                 use_tail: bool = True, device: str = "cpu"):
         from pydsz.tail import Tail
 
         self.model = TFLiteModel(tflite_bytes)
         self.bytes = bytes(tflite_bytes)
-        self.x, self.y = x, np.asarray(y)
+        self.x, self.y = x, None if y is None else np.asarray(y)
+        self.metric = metrics.get(metric)
         self.num_threads = num_threads
+        self.evaluations, self.seconds = 0, 0.0
+        self.outputs = runtime.outputs(self.bytes, x, num_threads=num_threads)  # the original model's, once
+        self.metric.check(self.outputs, self.y)
         fcs = sorted((self.model.layer(n) for n in layer_names if self.model.layer(n).kind == "fc"),
                      key=lambda layer: layer.op_index)
         self.tail = Tail.from_model(self.model, fcs[0].name) if use_tail and fcs else None
         self.h = runtime.capture(self.bytes, x, self.tail.input_tensor, num_threads=num_threads) if self.tail else None
-        self._baseline: dict[bool, np.ndarray] = {}
+        if self.tail:
+            keys = runtime.output_names(self.model.output_details())
+            self._tail_output = keys[list(self.model.outputs).index(self.tail.output_tensor)]
+        self._baseline: dict[bool, tuple] = {}
         self.device, self.cpu_reason, self._gpu = "cpu", None, None
         if device == "gpu":
             self._use_gpu()
         elif device != "cpu":
             raise InputError(f"device must be cpu or gpu here, not {device!r}")
 
+    @property
+    def samples(self) -> int:
+        return len(next(iter(self.outputs.values())))
+
     def _use_gpu(self) -> None:
         if self.tail is None:
             self.cpu_reason = "no FC tail that numpy or the GPU can run: the interpreter evaluates"
             return
+        if not isinstance(self.metric, (metrics.Top1, metrics.Agreement)) or \
+                list(self.metric.select(self.outputs)) != [self._tail_output]:
+            self.cpu_reason = f"the GPU tail counts top-1 outcomes of the tail's output; metric {self.metric.spec} runs in numpy"
+            return
         from pydsz.gpu.evaluate import TailHits
 
+        # agreement is top-1 against the classes the original tail predicts
+        labels = self.y if self.metric.needs_labels else np.argmax(
+            self.tail.forward(self.h).reshape(len(self.h), -1), axis=1)
         try:
-            self._gpu = TailHits(self.tail, self.h, self.y)
+            self._gpu = TailHits(self.tail, self.h, labels)
         except InputError as exc:  # an op the GPU path does not run: the numpy tail still does
             self.cpu_reason = str(exc)
             return
@@ -147,32 +172,44 @@ class Evaluator:
     def _on_tail(self, weights: Mapping[str, np.ndarray]) -> bool:
         return self.tail is not None and set(weights) <= set(self.tail.layers)
 
-    def correct(self, weights: Mapping[str, np.ndarray]) -> int:
-        """Correct predictions with `weights` ({layer name: array}) in place of the model's own."""
-        return int(self._hits(weights, self._on_tail(weights)).sum())
-
-    def drop(self, weights: Mapping[str, np.ndarray]) -> Measure:
-        """The drop with `weights` in place, against the same path's baseline."""
+    def measure(self, weights: Mapping[str, np.ndarray]) -> Measure:
+        """The loss with `weights` ({layer name: array}) in place, against the same path's baseline."""
+        start = time.perf_counter()
         on_tail = self._on_tail(weights)
         if on_tail not in self._baseline:
-            self._baseline[on_tail] = self._hits({}, on_tail)
-        base = self._baseline[on_tail]
-        hits = self._hits(weights, on_tail) if weights else base
-        lost, gained = int(np.sum(base & ~hits)), int(np.sum(~base & hits))
-        return Measure(lost - gained, int(hits.sum()), lost, gained)
+            base = self._outputs({}, on_tail)
+            self._baseline[on_tail] = base, self._losses(base, base, {}, on_tail)
+        base, base_losses = self._baseline[on_tail]
+        losses = self._losses(self._outputs(weights, on_tail), base, weights, on_tail) if weights else base_losses
+        self.evaluations += 1
+        self.seconds += time.perf_counter() - start
+        return self._measure(losses - base_losses)
 
-    def _hits(self, weights: Mapping[str, np.ndarray], on_tail: bool) -> np.ndarray:
-        """Per sample: is the top-1 prediction right?"""
+    def measure_model(self, tflite_bytes: bytes) -> Measure:
+        """The loss of another model of the same graph (the decoded .dsz) against the original,
+        both through the interpreter: what a user would measure."""
+        out = runtime.outputs(tflite_bytes, self.x, num_threads=self.num_threads)
+        base = self.metric.losses(self.outputs, self.outputs, self.y)
+        return self._measure(self.metric.losses(out, self.outputs, self.y) - base)
+
+    def _measure(self, d: np.ndarray) -> Measure:
+        return Measure(float(np.sum(d)), self.metric.noise(d), int(np.sum(d > 0)), int(np.sum(d < 0)))
+
+    def _outputs(self, weights: Mapping[str, np.ndarray], on_tail: bool) -> Optional[dict]:
+        """The model's outputs with `weights` in place (None where the GPU counts outcomes itself)."""
         if on_tail and self._gpu is not None:
-            return self._gpu.hits(weights)
+            return None
         if on_tail:
             out = self.tail.forward(self.h, weights=dict(weights))
-        else:
-            model = self.model.replace(dict(weights)) if weights else self.bytes
-            out = runtime.predict(model, self.x, num_threads=self.num_threads)
-        scores = out.reshape(len(out), -1)
-        runtime.top1(scores, self.y)  # checks the labels against the outputs
-        return np.argmax(scores, axis=1) == self.y
+            return {**self.outputs, self._tail_output: out.reshape(self.outputs[self._tail_output].shape)}
+        if not weights:
+            return self.outputs
+        return runtime.outputs(self.model.replace(dict(weights)), self.x, num_threads=self.num_threads)
+
+    def _losses(self, outputs: Optional[dict], reference: Optional[dict], weights, on_tail: bool) -> np.ndarray:
+        if outputs is None:
+            return (~self._gpu.hits(weights)).astype(np.float64)
+        return self.metric.losses(outputs, reference, self.y)
 
 
 def compressible_layers(model: TFLiteModel, layers: str = "fc") -> list:
@@ -197,23 +234,24 @@ def assess_layer(
     evaluator: Evaluator,
     name: str,
     weight: np.ndarray,
-    budget: int,
+    budget: float,
     on_point: Optional[Callable[[Point], None]] = None,
 ) -> list[Point]:
     """Measure one layer alone over an adaptive range of bounds; sorted by bound, bound 0 first.
 
-    `budget` is the allowed drop in samples. The ladder stops once the drop exceeds max(2 * budget, budget + 10): clearly beyond,
-    with margin for noise (a single point may overshoot and the next fall back).
+    `budget` is the allowed loss summed over the samples (for top-1: samples). The ladder stops
+    once the loss exceeds twice the budget (for a discrete metric at least budget + 10 samples):
+    clearly beyond, with margin for noise (a single point may overshoot and the next fall back).
     """
-    stop = max(2 * budget, budget + 10)
+    stop = max(2 * budget, budget + 10) if evaluator.metric.discrete else 2 * budget
     top = 2 * float(np.max(np.abs(weight))) if weight.size else FIRST_BOUND
     # the index section depends on where the non-zeros are, not on the bound: chosen once
     pattern = codec.sparse_index(_matrix(weight))
 
     def measure(bound: float) -> Point:
         decoded, size, data, index = encode_weight(weight, bound, pattern)
-        m = evaluator.drop({} if bound == 0 else {name: decoded})
-        point = Point(name, bound, size, data, index, m.correct, m.drop, m.lost, m.gained)
+        m = evaluator.measure({} if bound == 0 else {name: decoded})
+        point = Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
         if on_point:
             on_point(point)
         return point
@@ -222,13 +260,13 @@ def assess_layer(
     bound = FIRST_BOUND
     while True:
         points.append(measure(bound))
-        if points[-1].drop > stop or bound >= top:
+        if points[-1].loss > stop or bound >= top:
             break
         bound *= 2
     coarse = points[1:]
     for lo, hi in zip(coarse, coarse[1:]):
-        # refine where the drop leaves zero and while it is still within reach of the budget
-        if hi.drop > 0 and lo.drop <= budget:
+        # refine where the loss leaves zero and while it is still within reach of the budget
+        if hi.loss > 0 and lo.loss <= budget:
             for k in range(1, REFINE_STEPS):
                 points.append(measure(lo.bound * 2 ** (k / REFINE_STEPS)))
     return sorted(points, key=lambda p: p.bound)
@@ -238,7 +276,7 @@ def assess(
     evaluator: Evaluator,
     model: TFLiteModel,
     layer_names: Sequence[str],
-    budget: int,
+    budget: float,
     progress: bool = False,
 ) -> dict[str, list[Point]]:
     """assess_layer for every named layer, with a progress bar."""

@@ -2,9 +2,9 @@
 
 The model is pruned once (or taken as already pruned); every method then compresses that pruned
 model's FC layers and is judged the same way: its stored bytes are decoded, the decoded weights
-are written into the .tflite and the interpreter measures top-1 on the validation and the test
-split. Losses are counted from the model as given (before pruning), so pruning's loss is in every
-method's figure alike. Each method is swept over its knob, so that each is a curve:
+are written into the .tflite and the interpreter measures the metric (top-1 by default) on the
+validation and the test split. Losses are counted from the model as given (before pruning), so
+pruning's loss is in every method's figure alike. Each method is swept over its knob, so that each is a curve:
 
   pydsz             `dsz compress` (pipeline.compress) at each loss budget
   DeepSZ            baselines.deepsz: the paper's grid and additive-loss optimizer, same budgets
@@ -29,12 +29,12 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from pydsz import container, runtime
+from pydsz import container, metrics, runtime
 from pydsz.assess import Evaluator, compressible_layers
 from pydsz.baselines import deep_compression, deepsz, lossless, quantized, sz3
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
-from pydsz.pipeline import allowed_samples, compress
+from pydsz.pipeline import allowed_loss, compress
 from pydsz.tables import format_table
 
 OURS, DEEPSZ, DC, INT, FLOAT16, LOSSLESS = ("pydsz", "DeepSZ", "Deep Compression", "int per-channel",
@@ -51,11 +51,29 @@ def budgets_for(max_loss: float) -> tuple[float, ...]:
     return tuple(round(f * max_loss, 6) for f in BUDGET_FACTORS)
 
 
+class _Judge:
+    """One split and the model as given: the metric's value and loss of any model of the same graph."""
+
+    def __init__(self, original: bytes, data, metric: metrics.Metric, num_threads: Optional[int]):
+        self.x, self.y = data
+        self.metric, self.num_threads = metric, num_threads
+        self.reference = runtime.outputs(original, self.x, num_threads=num_threads)
+        metric.check(self.reference, self.y)
+        self.base = metric.losses(self.reference, self.reference, self.y)
+
+    def __call__(self, tflite: bytes) -> tuple[float, float]:
+        """(value, loss from the model as given), the metric's unit."""
+        losses = self.metric.losses(runtime.outputs(tflite, self.x, num_threads=self.num_threads), self.reference,
+                                    self.y)
+        return self.metric.value(float(np.mean(losses))), float(np.mean(losses - self.base))
+
+
 class _Bench:
     """The pruned model, its FC weights and the evaluation every method shares."""
 
-    def __init__(self, pruned: bytes, val, test, num_threads: Optional[int], device: str):
+    def __init__(self, pruned: bytes, val, test, judges, num_threads: Optional[int], device: str):
         self.pruned, self.val, self.test, self.num_threads, self.device = pruned, val, test, num_threads, device
+        self.judges = judges
         self.model = TFLiteModel(pruned)
         self.names = [layer.name for layer in compressible_layers(self.model, "fc")]
         self.weights = {name: np.array(self.model.weight(name), np.float32) for name in self.names}
@@ -63,9 +81,14 @@ class _Bench:
         zeroed = self.model.replace({name: np.zeros_like(w) for name, w in self.weights.items()})
         self.rest_bytes = len(lossless.zstd19(zeroed))
 
-    def accuracy(self, tflite: bytes) -> tuple[float, float]:
-        return (runtime.accuracy(tflite, *self.val, num_threads=self.num_threads),
-                runtime.accuracy(tflite, *self.test, num_threads=self.num_threads))
+    @property
+    def metric(self) -> metrics.Metric:
+        return self.judges[0].metric
+
+    def measure(self, tflite: bytes) -> dict:
+        """The metric's value and loss (from the model as given) on the validation and test splits."""
+        (val, val_loss), (test, test_loss) = (judge(tflite) for judge in self.judges)
+        return {"val_value": val, "test_value": test, "val_loss": val_loss, "test_loss": test_loss}
 
     def point(self, method: str, knob: str, setting, layer_bytes: Mapping[str, int],
               decode: Callable[[], dict], encode_s: float, file_bytes: Optional[int] = None,
@@ -75,12 +98,11 @@ class _Bench:
         start = time.perf_counter()
         decoded = decode()
         decode_s = time.perf_counter() - start
-        val, test = self.accuracy(self.model.replace(decoded))
         fc = sum(layer_bytes.values())
         return {
             "method": method, "knob": knob, "setting": setting, "fc_bytes": fc,
             "file_bytes": self.rest_bytes + fc if file_bytes is None else file_bytes,
-            "ratio": self.fc_original_bytes / fc, "val_top1": val, "test_top1": test,
+            "ratio": self.fc_original_bytes / fc, **self.measure(self.model.replace(decoded)),
             "encode_s": encode_s, "decode_s": decode_s,
             "max_error": max(float(np.max(np.abs(decoded[n] - self.weights[n]), initial=0)) for n in decoded),
             "layer_bytes": dict(layer_bytes), "detail": detail or {},
@@ -106,12 +128,12 @@ def _codec_points(bench: _Bench, method: str, knob: str, module, settings, bar) 
     return out
 
 
-def _ours(bench: _Bench, budgets, reference: float, bar) -> list[dict]:
+def _ours(bench: _Bench, budgets, spent: float, bar) -> list[dict]:
     out = []
     for budget in budgets:
         start = time.perf_counter()
-        result = compress(bench.pruned, *bench.val, budget, reference_top1=reference, num_threads=bench.num_threads,
-                          device=bench.device)
+        result = compress(bench.pruned, *bench.val, budget, metric=bench.metric, spent=spent,
+                          num_threads=bench.num_threads, device=bench.device)
         encode_s = time.perf_counter() - start
         layers = result.layers
         # a layer kept lossless lives in the .dsz's zstd rest; it counts with its zstd size
@@ -123,16 +145,17 @@ def _ours(bench: _Bench, budgets, reference: float, bar) -> list[dict]:
     return out
 
 
-def _deepsz(bench: _Bench, budgets, reference: float, pruned_val: float, bar) -> list[dict]:
-    n = len(bench.val[1])
-    evaluator = Evaluator(bench.pruned, *bench.val, bench.names, num_threads=bench.num_threads, device=bench.device)
+def _deepsz(bench: _Bench, budgets, spent: float, bar) -> list[dict]:
+    evaluator = Evaluator(bench.pruned, *bench.val, bench.names, metric=bench.metric, num_threads=bench.num_threads,
+                          device=bench.device)
+    n = evaluator.samples
     start = time.perf_counter()
     table, streams = deepsz.assess(evaluator, bench.weights)
     assess_s = time.perf_counter() - start
     out = []
     for budget in budgets:
         start = time.perf_counter()
-        bounds = deepsz.choose(table, allowed_samples(budget, reference, pruned_val, n), n)
+        bounds = deepsz.choose(table, allowed_loss(bench.metric, budget, n, spent), n, bench.metric.discrete)
         chosen = {name: streams[name, bound] for name, bound in bounds.items()}
         sections = {name: next([p.data_bytes, p.index_bytes] for p in table[name] if p.bound == bound)
                     for name, bound in bounds.items()}
@@ -147,8 +170,9 @@ def run(
     tflite_bytes: bytes,
     val: tuple[np.ndarray, np.ndarray],
     test: tuple[np.ndarray, np.ndarray],
-    max_loss: float = 0.003,
+    max_loss: Optional[float] = None,
     *,
+    metric="top1",
     train: Optional[tuple[np.ndarray, np.ndarray]] = None,
     sparsity=None,
     epochs: float = 8,
@@ -162,36 +186,40 @@ def run(
     device: str = "cpu",
 ) -> dict:
     """Prune (when `train` and `sparsity` are given), then run every method; returns the results,
-    JSON-ready: the models' accuracies, every point of every curve, the main rows and the comparisons.
+    JSON-ready: the models' values in the metric (pydsz.metrics; top-1 by default, max_loss in its
+    unit, None: its default), every point of every curve, the main rows and the comparisons.
     device ("cpu" or "gpu"): where pruning retrains and pydsz's and DeepSZ's assessments run the tail."""
     from tqdm import tqdm
 
     from pydsz.prune import prune_model
 
-    if not (isinstance(max_loss, (int, float)) and 0 < max_loss < 1):
-        raise InputError(f"max-loss {max_loss}: must be in (0, 1) (0.003 is 0.3 points of top-1)")
+    metric = metrics.get(metric)
+    max_loss = metric.default_max_loss if max_loss is None else max_loss
     if (train is None) != (sparsity is None):
         raise InputError("pruning needs both the training data (--train) and the sparsity (--sparsity); "
                          "give neither to bench an already pruned model")
     budgets = sorted(set(budgets_for(max_loss) if budgets is None else budgets) | {max_loss})
-    if any(not 0 < b < 1 for b in budgets):
-        raise InputError(f"budgets {budgets}: each must be in (0, 1)")
+    for b in budgets:
+        metric.budget(b)
+        if b <= 0:
+            raise InputError(f"budget {b}: every budget must be > 0")
     sz3.compress(np.zeros(1, np.float32), 1.0)  # fail early, before pruning, without h5py/hdf5plugin
     original = bytes(tflite_bytes)
-    info: dict = {"model": title, "max_loss": max_loss, "budgets": budgets, "device": device,
-                  "samples": {"val": int(len(val[1])), "test": int(len(test[1]))}}
-    orig_val, orig_test = (runtime.accuracy(original, *d, num_threads=num_threads) for d in (val, test))
-    info["original"] = {"val_top1": orig_val, "test_top1": orig_test, "file_bytes": len(original)}
+    judges = [_Judge(original, d, metric, num_threads) for d in (val, test)]
+    info: dict = {"model": title, "metric": {"name": metric.name, "unit": metric.unit, "discrete": metric.discrete},
+                  "max_loss": max_loss, "budgets": budgets, "device": device,
+                  "samples": {"val": len(judges[0].base), "test": len(judges[1].base)}}
+    info["original"] = {"val_value": metric.value(float(np.mean(judges[0].base))),
+                        "test_value": metric.value(float(np.mean(judges[1].base))), "file_bytes": len(original)}
     pruned, prune_s = original, 0.0
     if train is not None:
         start = time.perf_counter()
         pruned = prune_model(original, train, val, sparsity, epochs=epochs, distill=distill, progress=progress,
                              num_threads=num_threads, device=device).tflite
         prune_s = time.perf_counter() - start
-    bench = _Bench(pruned, val, test, num_threads, device)
-    pruned_val, pruned_test = bench.accuracy(pruned)
+    bench = _Bench(pruned, val, test, judges, num_threads, device)
     info["pruned"] = {
-        "val_top1": pruned_val, "test_top1": pruned_test, "prune_s": prune_s, "file_bytes": len(pruned),
+        **bench.measure(pruned), "prune_s": prune_s, "file_bytes": len(pruned),
         "zstd19_file_bytes": len(lossless.zstd19(pruned)),
         "sparsity": {name: 1 - np.count_nonzero(w) / w.size for name, w in bench.weights.items()},
     }
@@ -200,14 +228,12 @@ def run(
 
     total = 2 * len(budgets) + len(clusters) + len(bits) + 2
     with tqdm(total=total, desc="bench", unit="point", disable=not progress, leave=False) as bar:
-        points = _ours(bench, budgets, orig_val, bar)
-        points += _deepsz(bench, budgets, orig_val, pruned_val, bar)
+        points = _ours(bench, budgets, info["pruned"]["val_loss"], bar)
+        points += _deepsz(bench, budgets, info["pruned"]["val_loss"], bar)
         points += _codec_points(bench, DC, "clusters", deep_compression, clusters, bar)
         points += _codec_points(bench, INT, "bits", quantized, bits, bar)
         points += _codec_points(bench, FLOAT16, "-", quantized, [quantized.FLOAT16], bar)
         points += _codec_points(bench, LOSSLESS, "-", lossless, [None], bar)
-    for p in points:
-        p["val_loss"], p["test_loss"] = orig_val - p["val_top1"], orig_test - p["test_top1"]
     info["points"] = points
     main = {OURS: max_loss, DEEPSZ: max_loss, DC: 32 if 32 in clusters else clusters[-1],
             INT: 8 if 8 in bits else bits[-1], FLOAT16: quantized.FLOAT16, LOSSLESS: None}
@@ -280,29 +306,39 @@ def _main(info: dict) -> list[dict]:
     return [info["points"][i] for i in info["main"]]
 
 
+def _value(info: dict, value: float) -> str:
+    return f"{100 * value:.2f}%" if info["metric"]["discrete"] else f"{value:.4g}"
+
+
+def _loss(info: dict, loss: float) -> str:
+    """A loss as people read it: points of a discrete metric, else in the metric's own unit."""
+    return f"{100 * loss:+.2f}" if info["metric"]["discrete"] else f"{loss:.3g}"
+
+
 def main_table(info: dict) -> str:
     """One row per method at its main setting."""
+    name = info["metric"]["name"]
     rows = []
     for p in _main(info):
         rows.append([p["method"], _setting(p), p["fc_bytes"], p["file_bytes"], f"{p['ratio']:.1f}x",
-                     f"{100 * p['val_top1']:.2f}%", f"{100 * p['test_top1']:.2f}%", f"{100 * p['test_loss']:+.2f}",
+                     _value(info, p["val_value"]), _value(info, p["test_value"]), _loss(info, p["test_loss"]),
                      f"{p['encode_s']:.2f}", f"{p['decode_s']:.4f}"])
-    return format_table(["method", "setting", "FC bytes", "file bytes", "ratio", "val top-1", "test top-1",
+    return format_table(["method", "setting", "FC bytes", "file bytes", "ratio", f"val {name}", f"test {name}",
                          "test loss", "encode s", "decode s"], rows)
 
 
 def sweep_table(info: dict) -> str:
-    """Every point of every curve: ratio and losses (points of top-1, from the model as given)."""
-    rows = [[p["method"], _setting(p), f"{p['ratio']:.1f}x", f"{100 * p['val_loss']:+.2f}",
-             f"{100 * p['test_loss']:+.2f}"] for p in info["points"]]
+    """Every point of every curve: ratio and losses (from the model as given)."""
+    rows = [[p["method"], _setting(p), f"{p['ratio']:.1f}x", _loss(info, p["val_loss"]), _loss(info, p["test_loss"])]
+            for p in info["points"]]
     return format_table(["method", "setting", "ratio", "val loss", "test loss"], rows)
 
 
 def summary_lines(info: dict) -> list[str]:
     o, p = info["original"], info["pruned"]
-    lines = [f"{info['model']}: top-1 val/test {100 * o['val_top1']:.2f}%/{100 * o['test_top1']:.2f}% as given, "
-             f"{100 * p['val_top1']:.2f}%/{100 * p['test_top1']:.2f}% pruned ("
-             + ", ".join(f"{k}={v:.3f}" for k, v in p["sparsity"].items())
+    lines = [f"{info['model']}: {info['metric']['name']} val/test {_value(info, o['val_value'])}/"
+             f"{_value(info, o['test_value'])} as given, {_value(info, p['val_value'])}/{_value(info, p['test_value'])} "
+             "pruned (" + ", ".join(f"{k}={v:.3f}" for k, v in p["sparsity"].items())
              + f"); FC layers {info['fc_original_bytes']} bytes dense float32; the rest of the model "
              f"{info['rest_bytes']} bytes (zstd-19); zstd-19 of the whole pruned file {p['zstd19_file_bytes']} bytes"]
     ours = [p for p in info["points"] if p["method"] == OURS]
@@ -311,8 +347,9 @@ def summary_lines(info: dict) -> list[str]:
         if "advantage" in t:
             main = next(p for p in info["points"] if p["method"] == t["method"] and p in _main(info))
             adv = (f"{t['advantage']:.2f}x" if t["advantage"] is not None else
-                   f"no pydsz point loses as little as {100 * main['test_loss']:+.2f} "
-                   f"(the least: {least['ratio']:.1f}x at {100 * least['test_loss']:+.2f}, {main['ratio']:.1f}x for {t['method']})")
+                   f"no pydsz point loses as little as {_loss(info, main['test_loss'])} "
+                   f"(the least: {least['ratio']:.1f}x at {_loss(info, least['test_loss'])}, "
+                   f"{main['ratio']:.1f}x for {t['method']})")
             if t["advantage_interpolated"] is not None:
                 adv += f" ({t['advantage_interpolated']:.2f}x on pydsz's curve interpolated to that loss)"
             lines.append(f"{'MET' if t['met'] else 'NOT MET'}  {t['target']}: {adv}")
@@ -334,20 +371,21 @@ def plot(info: dict, path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
+    scale = 100 if info["metric"]["discrete"] else 1  # points, or the metric's own unit
     for method in dict.fromkeys(p["method"] for p in info["points"]):
         pts = [p for p in info["points"] if p["method"] == method]
         knob = pts[0]["knob"]
         label = method if knob == "-" else f"{method} (over {knob})"
-        xs, ys = [100 * p["test_loss"] for p in pts], [p["ratio"] for p in pts]
+        xs, ys = [scale * p["test_loss"] for p in pts], [p["ratio"] for p in pts]
         ax.plot(xs, ys, "o-" if len(pts) > 1 else "s", ms=4, lw=2.2 if method == OURS else 1.2, label=label)
         if knob != "-":
             for p, x, y in zip(pts, xs, ys):
                 ax.annotate(f"{p['setting']:g}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.axvline(100 * info["max_loss"], color="gray", ls="--", lw=1, label=f"--max-loss {100 * info['max_loss']:g}")
-    pruned_loss = 100 * (info["original"]["test_top1"] - info["pruned"]["test_top1"])
-    ax.axvline(pruned_loss, color="gray", ls=":", lw=1, label="pruned, uncompressed")
+    ax.axvline(scale * info["max_loss"], color="gray", ls="--", lw=1, label=f"--max-loss {info['max_loss']:g}")
+    ax.axvline(scale * info["pruned"]["test_loss"], color="gray", ls=":", lw=1, label="pruned, uncompressed")
     ax.set_yscale("log")
-    ax.set_xlabel("top-1 loss on the test split (points, from the model before pruning)")
+    ax.set_xlabel(f"{info['metric']['name']} loss on the test split ({'points, ' if scale == 100 else ''}"
+                  "from the model before pruning)")
     ax.set_ylabel("FC layers: dense float32 bytes / stored bytes")
     ax.set_title(f"{info['model']}: every method on the same pruned model")
     ax.legend(fontsize=7)

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from .errors import DszError
+from .errors import DszError, InputError
 
 
 def _bounds(text: str):
@@ -87,18 +87,53 @@ def load_tflite(path) -> bytes:
     return load(data).tflite_bytes() if data[:4] == MAGIC else data
 
 
+def _data(args, model_bytes: bytes):
+    """--data (an .npz or a directory of images) for this model, checked against its inputs."""
+    from .data import load_data
+    from .model import TFLiteModel
+
+    return load_data(args.data, TFLiteModel(model_bytes).input_details(), normalize=args.normalize)
+
+
 def cmd_eval(args) -> None:
-    from .data import load_npz
-    from .runtime import accuracy
+    import numpy as np
+
+    from . import metrics
+    from .model import TFLiteModel
+    from .runtime import outputs
 
     model = load_tflite(args.model)
-    x, y = load_npz(args.data)
-    acc = accuracy(model, x, y, num_threads=args.num_threads)
-    if args.json:
-        _print_json({"model": str(args.model), "data": str(args.data), "samples": int(len(y)),
-                     "top1": acc})
+    reference = load_tflite(args.reference) if args.reference else None
+    x, y = _data(args, model)
+    if args.metric is not None:
+        metric = metrics.get(args.metric, args.model_output)
+    elif reference is not None:
+        metric = metrics.default(TFLiteModel(reference), y is not None, args.model_output)[0]
     else:
-        print(f"top-1 accuracy: {acc:.4f} ({len(y)} samples)")
+        metric = metrics.Top1(args.model_output)
+    if reference is None and not metric.needs_labels:
+        raise InputError(f"metric {metric.name} compares with the original model: give it with --reference")
+    if metric.needs_labels and y is None:
+        raise InputError(f"{args.data}: no array 'y': metric {metric.name} needs labels "
+                         "(or give --reference ORIGINAL and a metric that compares with it)")
+    out = outputs(model, x, num_threads=args.num_threads)
+    ref = out if reference is None else outputs(reference, x, num_threads=args.num_threads)
+    metric.check(ref, y)
+    losses = metric.losses(out, ref, y)
+    value = metric.value(float(np.mean(losses)))
+    report = {"model": str(args.model), "data": str(args.data), "samples": int(len(losses)), "metric": metric.name,
+              "output": metric.output, "unit": metric.unit, "value": value}
+    if reference is not None:
+        report["reference"] = str(args.reference)
+        report["loss"] = float(np.mean(losses - metric.losses(ref, ref, y)))
+    if metric.name == "top1":
+        report["top1"] = value
+    if args.json:
+        _print_json(report)
+        return
+    against = f" against {args.reference}" if reference is not None else ""
+    loss = f", loss {report['loss']:.4g}" if reference is not None and metric.needs_labels else ""
+    print(f"{metric.spec}{against}: {value:.4f}{loss} ({metric.unit}; {len(losses)} samples)")
 
 
 def _sparsity(text: str):
@@ -138,18 +173,23 @@ def _print_device(result, quiet: bool) -> None:
 
 def cmd_compress(args) -> None:
     from .container import write_atomic
-    from .data import load_npz
     from .pipeline import compress
     from .report import write_report
 
     device = _device(args)
     model = load_tflite(args.model)
-    x, y = load_npz(args.data)
-    result = compress(model, x, y, args.max_loss, target_ratio=args.target_ratio, layers=args.layers,
-                      margin=args.margin, progress=not args.quiet, num_threads=args.num_threads, device=device)
+    x, y = _data(args, model)
+    result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
+                      target_ratio=args.target_ratio, layers=args.layers, margin=args.margin, progress=not args.quiet,
+                      num_threads=args.num_threads, device=device)
     write_atomic(args.output, result.dsz)
     if args.report:
         write_report(result, args.report)
+    if not args.quiet:
+        if result.metric_reason:
+            print(f"metric: {result.metric.spec} ({result.metric_reason}; --metric chooses another)")
+        for warning in result.warnings:
+            print(f"warning: {warning}")
     _print_result(result, args.quiet)
     _print_device(result, args.quiet)
     if not args.quiet:
@@ -213,7 +253,7 @@ def cmd_bench(args) -> None:
     model = load_tflite(args.model)
     val, test = load_npz(args.data), load_npz(args.test)
     train = load_npz(args.train) if args.train else None
-    info = bench.run(model, val, test, args.max_loss, train=train, sparsity=args.sparsity, epochs=args.epochs,
+    info = bench.run(model, val, test, args.max_loss, metric=args.metric, train=train, sparsity=args.sparsity, epochs=args.epochs,
                      distill=args.distill, budgets=args.budgets, title=os.path.basename(args.model),
                      progress=not args.quiet, num_threads=args.num_threads, device=device)
     if args.report:
@@ -246,6 +286,26 @@ def _add_output_arguments(p, output_help: str) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, print nothing on success")
 
 
+def metrics_names() -> list:
+    from .metrics import BUILTIN
+
+    return [*BUILTIN, "module:function"]
+
+
+def _add_data_arguments(p, data_help: str) -> None:
+    p.add_argument("--data", required=True, help=data_help)
+    p.add_argument("--normalize", choices=["0,1", "-1,1", "0,255"], default=None,
+                   help="for a directory of images and a float input: map the pixels' 0..255 onto this range")
+
+
+def _add_metric_arguments(p) -> None:
+    p.add_argument("--metric", default=None,
+                   help="what the loss is measured in (default: top1 with labels, agreement without, for classifiers; "
+                   "output-error otherwise): " + ", ".join(metrics_names()))
+    p.add_argument("--model-output", metavar="NAME", default=None,
+                   help="judge only this output of the model (by tensor name, or output<i>)")
+
+
 def _add_bench_command(sub) -> None:
     p = sub.add_parser("bench",
                        help="pydsz against DeepSZ, Deep Compression, quantization and zstd on one pruned model",
@@ -259,8 +319,11 @@ def _add_bench_command(sub) -> None:
     _add_retraining_arguments(p)
     p.add_argument("--data", required=True, help="validation .npz: budgets and bounds are decided on it")
     p.add_argument("--test", required=True, help="test .npz: the accuracy every method is judged by")
-    p.add_argument("--max-loss", type=float, default=0.003,
-                   help="the main top-1 loss budget, counted from the model as given (default 0.003)")
+    p.add_argument("--metric", default="top1",
+                   help="what every method is judged by (default top1): " + ", ".join(metrics_names()))
+    p.add_argument("--max-loss", type=float, default=None,
+                   help="the main loss budget in the metric's unit, counted from the model as given "
+                   "(default 0.003 for top1: 0.3 points)")
     p.add_argument("--budgets", type=_budgets, default=None,
                    help="loss budgets swept by pydsz and DeepSZ (default: 0.5, 0.75, 1, 1.5, 2 and 4 times --max-loss)")
     p.add_argument("--report", metavar="DIR", help="write bench.json and bench.png (ratio vs test loss) there")
@@ -272,20 +335,25 @@ def _add_bench_command(sub) -> None:
 
 
 def _add_pipeline_commands(sub) -> None:
-    p = sub.add_parser("compress", help="the smallest .dsz within a top-1 loss budget (DeepSZ)",
-                       description="Assess every layer's accuracy drop over error bounds, choose one bound per "
-                       "layer for the smallest size within --max-loss, verify by measuring, write the .dsz.")
+    p = sub.add_parser("compress", help="the smallest .dsz within a loss budget in a metric (DeepSZ)",
+                       description="Assess every layer's loss over error bounds, choose one bound per layer for the "
+                       "smallest size within --max-loss, verify by measuring, write the .dsz. The loss is measured "
+                       "in --metric: " + ", ".join(metrics_names()) + ".")
     p.add_argument("model", help="input .tflite model (pruned for high ratios: see dsz prune)")
-    p.add_argument("--data", required=True, help="validation .npz with arrays x and y")
-    p.add_argument("--max-loss", type=float, default=0.003,
-                   help="largest top-1 loss allowed, absolute (0.003 = 0.3 points; default)")
+    _add_data_arguments(p, "calibration data: an .npz with x (or x0, x1, ... / the inputs' names) and, for "
+                        "label metrics, y; or a directory of PNG/JPEG images")
+    _add_metric_arguments(p)
+    p.add_argument("--max-loss", type=float, default=None,
+                   help="the largest loss allowed, in the metric's unit: top1/topk/agreement 0.003 = 0.3 points "
+                   "(default), output-error 0.01 = 1%% relative error (default), cosine distance (default 0.001), "
+                   "psnr: the lowest PSNR in dB (default 40)")
     p.add_argument("--target-ratio", type=float, default=None,
-                   help="instead: the best accuracy with the layers compressed by this ratio")
+                   help="instead: the least loss with the layers compressed by this ratio")
     p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
                    help="which layers' weights to compress (default: fc, as in DeepSZ)")
     p.add_argument("--margin", type=float, default=1.0,
-                   help="standard deviations of validation noise kept in hand when choosing bounds "
-                   "(default 1; 0 trusts the measured drops as they are and overfits the validation set)")
+                   help="standard deviations of the data's noise kept in hand when choosing bounds "
+                   "(default 1; 0 trusts the measured losses as they are and overfits the data)")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
     _add_device_argument(p)
     _add_output_arguments(p, "output .dsz file")
@@ -349,10 +417,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
 
-    p = sub.add_parser("eval", help="top-1 accuracy of a .tflite or .dsz model on a data set",
-                       description="Top-1 accuracy of a model on an .npz holding x (inputs) and y (integer labels).")
+    p = sub.add_parser("eval", help="a model's value in a metric on a data set (default top-1 accuracy)",
+                       description="Top-1 accuracy of a model on labelled data, or any metric, against an original "
+                       "model given with --reference for the metrics that compare with it.")
     p.add_argument("model", help=".tflite or .dsz model")
-    p.add_argument("--data", required=True, help=".npz with arrays x and y")
+    _add_data_arguments(p, ".npz with x (and y for label metrics), or a directory of PNG/JPEG images")
+    _add_metric_arguments(p)
+    p.add_argument("--reference", metavar="MODEL", help="the original .tflite (or .dsz) to compare with")
     p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval)

@@ -1,7 +1,9 @@
-"""Data sets as (x, y) arrays: .npz files, IDX files, Fashion-MNIST, and the files bundled in pydsz/data.
+"""Data sets as (x, y) arrays: .npz files, directories of images, IDX files, Fashion-MNIST, and the
+files bundled in pydsz/data.
 
-Numpy only: no TensorFlow. Samples keep their stored dtype and shape (the bundled Fashion-MNIST
-subsets are uint8 [N, 28, 28]); fitting them to a model's input is the evaluator's business.
+Numpy only (Pillow for images): no TensorFlow. Samples keep their stored dtype and shape (the
+bundled Fashion-MNIST subsets are uint8 [N, 28, 28]); load_data fits them to a model's inputs.
+Labels y are optional where a metric needs none.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -113,8 +115,13 @@ def split_validation(
     return (x[:-size], y[:-size]), (x[-size:], y[-size:])
 
 
-def load_npz(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """Load a data set stored as arrays `x` (samples) and `y` (integer labels) in an .npz file."""
+def load_npz(path: PathLike, need_labels: bool = True) -> tuple:
+    """A data set stored in an .npz file: (x, y).
+
+    x: the array `x`, or, for a model of several inputs, the arrays `x0`, `x1`, ... or ones named
+    after the inputs (every array but `y`), as a dict. y: the integer labels `y`; None when the
+    file has none and need_labels is False.
+    """
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     try:
@@ -122,11 +129,7 @@ def load_npz(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
         if not isinstance(npz, np.lib.npyio.NpzFile):
             raise InputError(f"{path}: not an .npz archive (a single .npy array)")
         with npz:
-            arrays = {}
-            for name in ("x", "y"):
-                if name not in npz.files:
-                    raise InputError(f"{path}: no array '{name}'")
-                arrays[name] = npz[name]
+            arrays = {name: npz[name] for name in npz.files}
     except InputError:
         raise
     except OSError as e:
@@ -134,16 +137,100 @@ def load_npz(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
     except (ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
         # np.load raises ValueError for non-npz bytes and for object (pickled) arrays.
         raise InputError(f"{path}: not a valid .npz archive ({e})") from None
-    x, y = arrays["x"], arrays["y"]
-    if x.ndim == 0 or x.dtype.kind not in "biuf":
-        raise InputError(f"{path}: array 'x' must be numeric with a sample axis, got {x.dtype} {x.shape}")
-    if y.ndim != 1 or y.dtype.kind not in "iu":
-        raise InputError(f"{path}: array 'y' must be 1-D integer labels, got {y.dtype} {y.shape}")
-    if len(x) != len(y):
-        raise InputError(f"{path}: 'x' has {len(x)} samples, 'y' has {len(y)} labels")
-    if len(x) == 0:
-        raise InputError(f"{path}: no samples")
+    y = arrays.pop("y", None)
+    if y is None and need_labels:
+        raise InputError(f"{path}: no array 'y'")
+    if "x" in arrays:
+        x = arrays["x"]
+    elif arrays and not need_labels:
+        x = arrays
+    else:
+        raise InputError(f"{path}: no array 'x'" + ("" if need_labels else " (nor x0, x1, ... for several inputs)"))
+    for name, a in ({"x": x} if "x" in arrays else x).items():
+        if a.ndim == 0 or a.dtype.kind not in "biuf":
+            raise InputError(f"{path}: array '{name}' must be numeric with a sample axis, got {a.dtype} {a.shape}")
+        if len(a) == 0:
+            raise InputError(f"{path}: no samples")
+    n = len(x) if "x" in arrays else len(next(iter(x.values())))
+    if y is not None:
+        if y.ndim != 1 or y.dtype.kind not in "iu":
+            raise InputError(f"{path}: array 'y' must be 1-D integer labels, got {y.dtype} {y.shape}")
+        if n != len(y):
+            raise InputError(f"{path}: 'x' has {n} samples, 'y' has {len(y)} labels")
     return x, y
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+# --normalize: uint8 pixel values 0..255 mapped linearly onto these ranges for float inputs
+NORMALIZATIONS = {"0,1": (0.0, 1.0), "-1,1": (-1.0, 1.0), "0,255": (0.0, 255.0)}
+
+
+def load_images(directory: PathLike, input_shape, input_dtype, normalize: Optional[str] = None) -> np.ndarray:
+    """The PNG and JPEG images of a directory (sorted by name) as model input [N, H, W, C].
+
+    Each image is resized to the input's height and width (bilinear, aspect ratio not kept). An
+    input of 3 channels takes colour images (an alpha channel is dropped, palettes expanded), one
+    of 1 channel grayscale ones; any other mix is an InputError. For a float input `normalize`
+    ("0,1", "-1,1" or "0,255") maps the pixel values; a uint8 input takes them as they are.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    directory = Path(directory)
+    shape = tuple(int(d) for d in input_shape)
+    if len(shape) != 4 or shape[3] not in (1, 3):
+        raise InputError(f"{directory}: a directory of images needs a model input of shape [batch, height, width, "
+                         f"1 or 3], not {list(shape)}")
+    dtype = np.dtype(input_dtype)
+    if dtype.kind == "f":
+        if normalize not in NORMALIZATIONS:
+            raise InputError(f"{directory}: the model takes {dtype} input: give --normalize "
+                             f"{' or '.join(NORMALIZATIONS)} to map the pixels' 0..255 onto its range")
+    elif dtype != np.uint8:
+        raise InputError(f"{directory}: images can feed float or uint8 inputs, not {dtype}: give an .npz")
+    elif normalize is not None:
+        raise InputError(f"{directory}: the model takes uint8 pixels as they are: leave out --normalize")
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise InputError(f"{directory}: no PNG or JPEG images ({', '.join(IMAGE_SUFFIXES)})")
+    height, width, channels = shape[1:]
+    out = np.empty((len(files), height, width, channels), np.uint8)
+    for i, path in enumerate(files):
+        try:
+            with Image.open(path) as image:
+                image.load()
+                colour = image.mode not in ("1", "L", "LA", "I", "I;16", "F")
+                if colour != (channels == 3):
+                    raise InputError(f"{path}: a {'colour' if colour else 'grayscale'} image ({image.mode}), "
+                                     f"but the model takes {channels} channel(s)")
+                image = image.convert("RGB" if colour else "L").resize((width, height), Image.BILINEAR)
+        except (OSError, UnidentifiedImageError, ValueError) as e:
+            raise InputError(f"{path}: not a readable image ({e})") from None
+        out[i] = np.asarray(image, np.uint8).reshape(height, width, channels)
+    if dtype.kind != "f":
+        return out
+    low, high = NORMALIZATIONS[normalize]
+    return (out.astype(np.float32) * np.float32((high - low) / 255.0) + np.float32(low)).astype(dtype)
+
+
+def load_data(path: PathLike, input_details, normalize: Optional[str] = None, need_labels: bool = False) -> tuple:
+    """A data set for a model: (x, y) from an .npz or a directory of images, checked against the
+    model's inputs (input_details: TFLiteModel.input_details()). x is one array, or a list of
+    arrays for a model of several inputs; y is None when there are no labels (images never have)."""
+    from .runtime import fit_inputs
+
+    if os.path.isdir(path):
+        if need_labels:
+            raise InputError(f"{path}: a directory of images has no labels; this needs an .npz with 'y'")
+        if len(input_details) != 1:
+            raise InputError(f"{path}: images feed a model of one input; this one has {len(input_details)}")
+        detail = input_details[0]
+        x, y = load_images(path, detail["shape"], detail["dtype"], normalize), None
+    else:
+        if normalize is not None:
+            raise InputError(f"{path}: --normalize applies to a directory of images, not to an .npz")
+        x, y = load_npz(path, need_labels=need_labels)
+    arrays = fit_inputs(input_details, x, source=str(path))
+    return (arrays[0] if len(arrays) == 1 else arrays), y
 
 
 def bundled(name: str) -> Path:

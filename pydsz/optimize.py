@@ -19,6 +19,9 @@ from typing import Mapping, Sequence
 
 from pydsz.errors import InputError
 
+# A continuous loss's budget is split into this many units (each option's loss rounds up to units).
+RESOLUTION = 1000
+
 
 @dataclass(frozen=True)
 class Option:
@@ -36,6 +39,15 @@ class Plan:
     choice: dict[str, Option]
     size: int
     loss: float
+
+
+def loss_unit(samples: int, discrete: bool, scale: float) -> float:
+    """The knapsack's loss unit (in the mean's unit) for losses summed over `samples`: one sample for
+    a discrete metric, which makes the programme exact; else `scale` (a summed loss: the budget)
+    split into RESOLUTION units."""
+    if discrete:
+        return 1 / samples
+    return max(scale, 1e-300) / samples / RESOLUTION
 
 
 def _units(loss: float, unit: float) -> int:

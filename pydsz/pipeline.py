@@ -1,26 +1,28 @@
-"""DeepSZ's main job: assess -> optimize -> verify -> encode, under a budget of accuracy loss.
+"""DeepSZ's main job: assess -> optimize -> verify -> encode, under a budget of loss in a metric.
 
 The loss reported is always measured: the chosen bounds are applied to all layers together, the
-.dsz is written and decoded, and the decoded model is run through the interpreter. Where the
-per-layer losses do not add up and the budget is exceeded, bounds are tightened one measured step
-at a time, the step chosen greedily, until the measured loss fits (every layer lossless always
-fits).
+.dsz is written and decoded, and the decoded model is run through the interpreter and judged by
+the metric. Where the per-layer losses do not add up and the budget is exceeded, bounds are
+tightened one measured step at a time, the step chosen greedily, until the measured loss fits
+(every layer lossless always fits).
+
+Losses inside are sums over the samples of the metric's per-sample loss difference (for top-1,
+samples), as assess measures them; the Result reports means, in the metric's unit.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 
-from pydsz import container, runtime
+from pydsz import container, metrics, runtime
 from pydsz.assess import Evaluator, Point, assess, compressible_layers, encode_weight
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
-from pydsz.optimize import Option, Plan, minimize_loss, minimize_size
-
+from pydsz.optimize import Option, Plan, loss_unit, minimize_loss, minimize_size
 
 @dataclass
 class LayerResult:
@@ -34,7 +36,7 @@ class LayerResult:
     data_bytes: int
     index_bytes: int
     stream_bytes: int
-    drop: float  # measured with this layer alone compressed at `bound` (accuracy, not samples)
+    loss: float  # measured with this layer alone compressed at `bound`, in the metric's unit
 
     @property
     def ratio(self) -> float:
@@ -49,21 +51,23 @@ class Result:
     layers: list[LayerResult]
     curves: dict[str, list[Point]]
     samples: int
-    top1_before: float  # interpreter, original model
-    top1_after: float  # interpreter, the model decoded from `dsz`
-    max_loss: float
-    allowed_drop: int  # samples the compression may cost (after any reference adjustment)
+    metric: metrics.Metric
+    before: float  # the metric's value (metric.value) for the original model, by the interpreter
+    after: float  # the same for the model decoded from `dsz`
+    loss: float  # measured: mean per-sample loss of the decoded model minus the original's
+    max_loss: float  # as given, in the metric's unit
+    allowed: float  # the loss compression may cost, summed over the samples (after any reference)
     model_bytes: int
-    reference_top1: Optional[float] = None  # what the loss budget was counted from, if not top1_before
+    spent: float = 0.0  # loss an earlier step (pruning) took from the budget, the metric's unit
     margin: float = 1.0  # noise margin of the decisions (standard deviations)
     attempts: list[dict] = field(default_factory=list)  # one per verification round
     fast_evaluation: bool = True
     device: str = "cpu"  # where the FC tail's evaluations ran
     cpu_reason: Optional[str] = None  # why they ran on the CPU although the GPU was asked for
-
-    @property
-    def loss(self) -> float:
-        return self.top1_before - self.top1_after
+    evaluations: int = 0  # candidate evaluations (assessment and verification)
+    evaluation_seconds: float = 0.0
+    metric_reason: str = ""  # why this metric, when it was chosen by default
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def fc_original_bytes(self) -> int:
@@ -75,24 +79,28 @@ class Result:
 
     @property
     def ratio(self) -> float:
-        """The paper's ratio: the layers' float32 bytes / (data bytes + index bytes)."""
+        """The paper's ratio: the layers' stored bytes / (data bytes + index bytes)."""
         return self.fc_original_bytes / max(1, self.fc_compressed_bytes)
 
     @property
     def file_ratio(self) -> float:
         return self.model_bytes / max(1, len(self.dsz))
 
+    @property
+    def allowed_loss(self) -> float:
+        """The loss compression may cost, in the metric's unit."""
+        return self.allowed / self.samples
 
-def _check_inputs(model: TFLiteModel, x: np.ndarray, y: np.ndarray, max_loss: float,
-                  target_ratio: Optional[float], margin: float) -> None:
+    @property
+    def evaluations_per_second(self) -> float:
+        return self.evaluations / self.evaluation_seconds if self.evaluation_seconds > 0 else 0.0
+
+
+def _check_options(target_ratio: Optional[float], margin: float) -> None:
     if not (math.isfinite(margin) and margin >= 0):
         raise InputError(f"margin {margin}: must be a number >= 0")
-    if not (isinstance(max_loss, (int, float)) and 0 <= max_loss < 1):
-        raise InputError(f"max-loss {max_loss}: must be in [0, 1) (0.003 is 0.3 points of top-1)")
     if target_ratio is not None and not (math.isfinite(target_ratio) and target_ratio > 1):
         raise InputError(f"target ratio {target_ratio}: must be a number > 1")
-    if len(x) != len(y):
-        raise InputError(f"data: {len(x)} samples but {len(y)} labels")
 
 
 def _monotone(values: list[float]) -> list[float]:
@@ -107,79 +115,126 @@ def _monotone(values: list[float]) -> list[float]:
 
 
 def expected_losses(points: list[Point], margin: float) -> list[float]:
-    """Each point's loss as the optimizer sees it, in samples: drop + margin * sqrt(flips), made
+    """Each point's loss as the optimizer sees it (summed over samples): loss + margin * noise, made
     non-decreasing in the bound. A larger bound cannot be expected to lose less; a dip in the
     measured curve is noise, and picking it would fit the validation set instead of the data."""
-    risks = [0.0 if p.bound == 0 else p.drop + margin * math.sqrt(p.lost + p.gained) for p in points]
+    risks = [0.0 if p.bound == 0 else p.loss + margin * p.noise for p in points]
     return _monotone(risks)
 
 
-def _plan(table: dict[str, list[Point]], n: int, budget: int, max_size: Optional[int],
-          margin: float) -> Optional[Plan]:
-    options = {name: [Option(p.bound, p.size, loss / n) for p, loss in zip(pts, expected_losses(pts, margin))]
+def _plan(table: dict[str, list[Point]], n: int, allowed: float, max_size: Optional[int],
+          margin: float, discrete: bool) -> Optional[Plan]:
+    expected = {name: expected_losses(pts, margin) for name, pts in table.items()}
+    unit = loss_unit(n, discrete, allowed if max_size is None else sum(max(e) for e in expected.values()))
+    options = {name: [Option(p.bound, p.size, loss / n) for p, loss in zip(pts, expected[name])]
                for name, pts in table.items()}
     if max_size is not None:
-        return minimize_loss(options, max_size, 1 / n)
-    return minimize_size(options, budget / n, 1 / n)
+        return minimize_loss(options, max_size, unit)
+    return minimize_size(options, allowed / n, unit)
 
 
-def allowed_samples(max_loss: float, reference: float, top1: float, n: int) -> int:
-    """The samples of n that compressing a model of accuracy `top1` may cost, when the loss is
-    counted from `reference` (what an earlier step, e.g. pruning, spent is no longer available)."""
-    # Whole samples only; the epsilon forgives float noise in max_loss * n (0.003 * 5000).
-    return max(0, math.floor((max_loss - (reference - top1)) * n + 1e-6))
+def allowed_loss(metric: metrics.Metric, max_loss: float, n: int, spent: float = 0.0) -> float:
+    """The loss that compressing may cost, summed over n samples: the metric's budget for
+    `max_loss` less what an earlier step spent (e.g. pruning, counted from a reference accuracy);
+    whole samples for a discrete metric."""
+    budget = metric.budget(max_loss) - spent
+    if metric.discrete:
+        # the epsilon forgives float noise in max_loss * n (0.003 * 5000)
+        return max(0, math.floor(budget * n + 1e-6))
+    return max(0.0, budget * n)
+
+
+def resolution_warnings(metric: metrics.Metric, max_loss: float, n: int, margin: float) -> list[str]:
+    """Whether n samples can resolve the budget: InputError where the only possible answer would be
+    to keep everything lossless; a warning where the decisions rest on very few samples."""
+    if metric.discrete:
+        one = 1 + margin  # a single changed sample as the decisions count it, noise margin included
+        budget = metric.budget(max_loss)
+        resolved = math.floor(budget * n + 1e-6)
+        if budget <= 0 or resolved >= metrics.FEW_SAMPLES * one:
+            return []
+        needed = math.ceil(metrics.FEW_SAMPLES * one / budget)
+        if resolved < one:
+            raise InputError(
+                f"{n} samples are too few to resolve max-loss {max_loss:g} in {metric.name}: one changed sample "
+                f"is {1 / n:.2g} and with the noise margin ({margin:g} sd) counts as {one:g} samples, more than the "
+                f"{resolved} the budget allows, so nothing but a lossless model could pass; use at least {needed} "
+                "samples (or a larger --max-loss, or --margin 0)")
+        return [f"max-loss {max_loss:g} lets only {resolved} of {n} samples change ({metric.name}): the decisions "
+                f"are noisy and the result is likely weaker than it could be; about {needed} samples would "
+                "resolve the budget"]
+    if n < 2:
+        raise InputError(f"{metric.name} needs at least 2 samples to estimate its noise, got {n}")
+    if n < metrics.MIN_SAMPLES:
+        return [f"{n} samples: the noise of {metric.name} is estimated from very few; "
+                f"use at least {metrics.MIN_SAMPLES}"]
+    return []
 
 
 def compress(
     tflite_bytes: bytes,
-    x: np.ndarray,
-    y: np.ndarray,
-    max_loss: float = 0.003,
+    x,
+    y=None,
+    max_loss: Optional[float] = None,
     *,
+    metric: Union[None, str, metrics.Metric, Callable] = None,
+    output: Optional[str] = None,
     target_ratio: Optional[float] = None,
     layers: str = "fc",
-    reference_top1: Optional[float] = None,
+    spent: float = 0.0,
     margin: float = 1.0,
     progress: bool = False,
     num_threads: Optional[int] = None,
     device: str = "cpu",
 ) -> Result:
-    """The smallest .dsz of a model whose top-1 on (x, y) is at most `max_loss` below the original's.
+    """The smallest .dsz of a model whose loss in `metric` on (x, y) is at most `max_loss`.
 
-    reference_top1: measure the loss against this accuracy instead of the given model's (e.g. the
-    unpruned model's, so that pruning and compression share one budget). target_ratio: instead,
-    the best accuracy whose compressed layers are at most their original size / target_ratio.
-    margin: how many standard deviations of validation noise every decision keeps in hand (0
-    takes the measured drops at face value, which overfits the validation set: the chosen
-    bounds then lose more on unseen data). The final measured loss is <= max_loss either way.
+    x: the inputs (one array, or one per model input); y: integer labels, or None for metrics that
+    compare with the original model only. metric: a name (pydsz.metrics), a Metric or a function
+    f(outputs, original_outputs, y) -> per-sample losses; None takes metrics.default (top1 with
+    labels, agreement without, output-error for models whose output is not class scores). output:
+    restrict the metric to that model output. max_loss: in the metric's unit (None: its default).
+    spent: loss an earlier step already spent, in the metric's unit, taken from the budget (e.g.
+    pruning's, measured from the unpruned model, so that pruning and compression share one
+    budget). target_ratio: instead, the least loss whose compressed layers are at most their
+    original size / target_ratio. margin: how many standard deviations of the noise every decision
+    keeps in hand (0 takes the measured losses at face value, which overfits the data: the chosen
+    bounds then lose more on unseen data). The final measured loss is within the budget either way.
     device: "cpu" or "gpu" (pydsz.gpu.device.resolve), where the assessment runs the FC tail.
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
-    y = np.asarray(y)
-    _check_inputs(model, x, y, max_loss, target_ratio, margin)
+    _check_options(target_ratio, margin)
+    reason = ""
+    if metric is None:
+        metric, reason = metrics.default(model, y is not None, output)
+    else:
+        metric = metrics.get(metric, output)
+    max_loss = metric.default_max_loss if max_loss is None else max_loss
+    metric.budget(max_loss)  # checks the value before anything runs
     chosen = compressible_layers(model, layers)
     names = [l.name for l in chosen]
-    n = len(y)
-    top1_before = runtime.accuracy(data, x, y, num_threads=num_threads)
-    reference = top1_before if reference_top1 is None else reference_top1
-    allowed = allowed_samples(max_loss, reference, top1_before, n)
+    evaluator = Evaluator(data, x, y, names, metric=metric, num_threads=num_threads, device=device)
+    n = evaluator.samples
+    warnings = resolution_warnings(metric, max_loss, n, margin)
+    base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
+    before = metric.value(base)
+    allowed = allowed_loss(metric, max_loss, n, spent)
 
-    evaluator = Evaluator(data, x, y, names, num_threads=num_threads, device=device)
     table = assess(evaluator, model, names, allowed, progress=progress)
     max_size = None
     if target_ratio is not None:
         max_size = int(sum(l.nbytes for l in chosen) / target_ratio)
 
-    plan = _plan(table, n, allowed, max_size, margin)
+    plan = _plan(table, n, allowed, max_size, margin, metric.discrete)
     # nothing fits (a target ratio beyond the grid): every layer lossless
     bounds = {name: plan.choice[name].bound if plan else 0.0 for name in names}
     decoded = _Decoded(model)
     attempts: list[dict] = []
-    slack = 0  # samples the interpreter measured worse than the fast path (float rounding)
+    slack = 0.0  # loss the interpreter measured beyond the fast path's (float rounding)
     while True:
-        m = evaluator.drop(decoded.weights(bounds))
-        attempt = {"bounds": dict(bounds), "predicted": _predicted(table, bounds, margin), "drop": m.drop,
+        m = evaluator.measure(decoded.weights(bounds))
+        attempt = {"bounds": dict(bounds), "predicted": _predicted(table, bounds, margin), "loss": m.loss,
                    "risk": m.risk(margin), "size": _size(table, bounds)}
         attempts.append(attempt)
         lossless = not any(bounds.values())
@@ -187,17 +242,18 @@ def compress(
             bounds = _tighten(evaluator, decoded, table, bounds, allowed - slack, m.risk(margin), margin)
             continue
         dsz = container.pack_model(data, bounds, layers=layers)
-        top1_after = runtime.accuracy(container.load(dsz).tflite_bytes(), x, y, num_threads=num_threads)
-        attempt["measured_drop"] = measured = int(round(top1_before * n)) - int(round(top1_after * n))
+        attempt["measured_loss"] = measured = evaluator.measure_model(container.load(dsz).tflite_bytes()).loss
         if measured <= allowed or max_size is not None or lossless:
             break
-        slack = max(slack, measured - m.drop)
+        slack = max(slack, measured - m.loss)
 
     return Result(
-        dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n,
-        top1_before=top1_before, top1_after=top1_after, max_loss=max_loss, allowed_drop=allowed,
-        model_bytes=len(data), reference_top1=reference_top1, margin=margin, attempts=attempts, fast_evaluation=evaluator.fast,
-        device=evaluator.device, cpu_reason=evaluator.cpu_reason,
+        dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n, metric=metric,
+        before=before, after=metric.value(base + measured / n), loss=measured / n, max_loss=max_loss,
+        allowed=allowed, model_bytes=len(data), spent=spent, margin=margin, attempts=attempts,
+        fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
+        evaluations=evaluator.evaluations, evaluation_seconds=evaluator.seconds, metric_reason=reason,
+        warnings=warnings,
     )
 
 
@@ -226,7 +282,7 @@ def _size(table: dict, bounds: dict) -> int:
 
 
 def _predicted(table: dict, bounds: dict, margin: float) -> float:
-    """The optimizer's view of a choice: the sum of the layers' expected losses (samples)."""
+    """The optimizer's view of a choice: the sum of the layers' expected losses."""
     total = 0.0
     for name, bound in bounds.items():
         points = table[name]
@@ -239,9 +295,9 @@ def _tighten(evaluator: Evaluator, decoded: _Decoded, table: dict, bounds: dict,
     """One greedy step down: move one layer to its next smaller measured bound.
 
     Every layer's step is measured with all layers compressed together. If some step brings the
-    risk (drop plus noise margin) within `allowed`, the one giving the smallest total size wins;
-    otherwise the one that removes the most risk per added byte. Bound 0 (lossless) is the last step of every layer, so
-    repeated steps always end within budget.
+    risk (loss plus noise margin) within `allowed`, the one giving the smallest total size wins;
+    otherwise the one that removes the most risk per added byte. Bound 0 (lossless) is the last
+    step of every layer, so repeated steps always end within budget.
     """
     trials = []
     for name, bound in bounds.items():
@@ -249,7 +305,7 @@ def _tighten(evaluator: Evaluator, decoded: _Decoded, table: dict, bounds: dict,
         if not smaller:
             continue
         trial = {**bounds, name: max(smaller)}
-        trial_risk = evaluator.drop(decoded.weights(trial)).risk(margin)
+        trial_risk = evaluator.measure(decoded.weights(trial)).risk(margin)
         added = _size(table, trial) - _size(table, bounds)
         trials.append((trial, trial_risk, added))
     fitting = [t for t in trials if t[1] <= allowed]
@@ -266,7 +322,7 @@ def _layer_results(model: TFLiteModel, chosen: list, bounds: dict, table: dict, 
         out.append(LayerResult(
             name=layer.name, shape=tuple(layer.shape), density=float(np.count_nonzero(w)) / w.size,
             bound=point.bound, original_bytes=layer.nbytes, data_bytes=point.data_bytes,
-            index_bytes=point.index_bytes, stream_bytes=point.size, drop=point.drop / n,
+            index_bytes=point.index_bytes, stream_bytes=point.size, loss=point.loss / n,
         ))
     return out
 
@@ -306,13 +362,13 @@ def reference_run(name: str, max_loss: float = 0.003, progress: bool = False, de
     pruned = prune_model(model, (x[:TRAIN_SIZE], y[:TRAIN_SIZE]), val, spec["sparsity"], epochs=spec["epochs"],
                          distill=spec["distill"], progress=progress, device=device)
     pruned_at = time.perf_counter()
-    result = compress(pruned.tflite, *val, max_loss, reference_top1=pruned.top1_before, progress=progress,
-                      device=device)
+    result = compress(pruned.tflite, *val, max_loss, metric="top1", spent=pruned.top1_before - pruned.top1_after,
+                      progress=progress, device=device)
     done = time.perf_counter()
     decoded = container.load(result.dsz).tflite_bytes()
     summary = {
         "model": spec["title"], "sparsity": pruned.sparsity, "max_loss": max_loss,
-        "val_top1": {"original": pruned.top1_before, "pruned": pruned.top1_after, "compressed": result.top1_after},
+        "val_top1": {"original": pruned.top1_before, "pruned": pruned.top1_after, "compressed": result.after},
         "test_top1": {"original": runtime.accuracy(model, *test), "pruned": runtime.accuracy(pruned.tflite, *test),
                       "compressed": runtime.accuracy(decoded, *test)},
         "fc_original_bytes": result.fc_original_bytes, "fc_compressed_bytes": result.fc_compressed_bytes,

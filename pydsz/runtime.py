@@ -10,13 +10,14 @@ from __future__ import annotations
 import importlib
 import os
 import warnings
-from typing import Optional, Union
+from typing import Mapping, Optional, Union
 
 import numpy as np
 
 from .errors import DszError, InputError
 
-__all__ = ["RUNTIMES", "interpreter_class", "make_interpreter", "predict", "accuracy", "capture"]
+__all__ = ["RUNTIMES", "interpreter_class", "make_interpreter", "predict", "outputs", "fit_inputs", "accuracy",
+           "capture"]
 
 RUNTIMES = {
     "litert": ("ai_edge_litert.interpreter", "Interpreter"),
@@ -79,35 +80,92 @@ def _interpreter(model, num_threads):
     return model if hasattr(model, "invoke") else make_interpreter(model, num_threads=num_threads)
 
 
+def _keys(details, prefix: str) -> list:
+    names = [d["name"] for d in details]
+    return [n if n and names.count(n) == 1 else f"{prefix}{i}" for i, n in enumerate(names)]
+
+
+def output_names(details) -> list:
+    """The keys outputs are known by (metrics, --output): tensor names, or output<i> where a name is
+    missing or repeats."""
+    return _keys(details, "output")
+
+
+def input_names(details) -> list:
+    return _keys(details, "input")
+
+
+def fit_inputs(details, x, source: str = "x") -> list:
+    """x (one array, or several: a list in the model's input order, or a dict keyed x0, x1, ... or by
+    the inputs' names) as one array per model input, each reshaped to the input's sample shape.
+
+    InputError, naming `source`, where the arrays do not fit the inputs: count, sample shape, or
+    values that the input's integer type cannot hold.
+    """
+    names = input_names(details)
+    if isinstance(x, Mapping):
+        by_position = [f"x{i}" for i in range(len(details))]
+        if set(x) == set(by_position):
+            arrays = [x[k] for k in by_position]
+        elif set(x) == set(names):
+            arrays = [x[k] for k in names]
+        else:
+            raise InputError(f"{source}: arrays {', '.join(sorted(x))} do not match the model's inputs: give "
+                             f"{', '.join(by_position)} or the inputs' names ({', '.join(names)})")
+    else:
+        arrays = list(x) if isinstance(x, (list, tuple)) else [x]
+        if len(arrays) != len(details):
+            raise InputError(f"{source}: {len(arrays)} input array(s) for a model with {len(details)} inputs "
+                             f"({', '.join(names)}): give x0, x1, ... or the inputs' names")
+    fitted = []
+    for name, detail, a in zip(names, details, arrays):
+        what = source if len(details) == 1 else f"{source}: input {name}"
+        a = np.asarray(a)
+        sample_shape = tuple(int(d) for d in detail["shape"][1:])
+        if a.ndim < 1 or a.shape[0] == 0:
+            raise InputError(f"{what} needs at least one sample along the first axis, got shape {a.shape}")
+        if a.dtype.kind not in "biuf":
+            raise InputError(f"{what} must be numeric, got {a.dtype}")
+        have, need = int(np.prod(a.shape[1:], dtype=np.int64)), int(np.prod(sample_shape, dtype=np.int64))
+        if have != need:
+            raise InputError(f"{what} has samples of shape {a.shape[1:]} ({have} values) "
+                             f"but the model takes {sample_shape}")
+        dtype = np.dtype(detail["dtype"])
+        if dtype.kind in "iu" and a.size:
+            info = np.iinfo(dtype)
+            if a.dtype.kind == "f" and not np.all(np.mod(a, 1) == 0):
+                raise InputError(f"{what} goes to a {dtype} input but holds fractions ({a.dtype})")
+            if a.min() < info.min or a.max() > info.max:
+                raise InputError(f"{what} goes to a {dtype} input ({info.min}..{info.max}) but "
+                                 f"spans {a.min()}..{a.max()}")
+        fitted.append(a.reshape((a.shape[0],) + sample_shape))
+    if len({len(a) for a in fitted}) > 1:
+        raise InputError(f"{source}: the input arrays hold different numbers of samples "
+                         f"({', '.join(str(len(a)) for a in fitted)})")
+    return fitted
+
+
 def _run_batches(interpreter, x, batch_size: int, read):
-    """Feed x to the single input in batches; collect read(interpreter) for each batch, in order."""
-    inputs = interpreter.get_input_details()
-    if len(inputs) != 1:
-        raise InputError(f"the model has {len(inputs)} inputs; only single-input models can be run here")
-    detail = inputs[0]
-    sample_shape = tuple(int(d) for d in detail["shape"][1:])
-    x = np.asarray(x)
-    if x.ndim < 1 or x.shape[0] == 0:
-        raise InputError(f"x must hold at least one sample along its first axis, got shape {x.shape}")
-    have, need = int(np.prod(x.shape[1:], dtype=np.int64)), int(np.prod(sample_shape, dtype=np.int64))
-    if have != need:
-        raise InputError(f"x has samples of shape {x.shape[1:]} ({have} values) but the model takes {sample_shape}")
+    """Feed x (see fit_inputs) to the inputs in batches; collect read(interpreter) per batch, in order."""
+    details = interpreter.get_input_details()
+    arrays = fit_inputs(details, x)
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
-    x = x.reshape((x.shape[0],) + sample_shape)
-    dtype = detail["dtype"]
-    index = detail["index"]
+    n = arrays[0].shape[0]
     results = []
     rows = None  # the batch size the interpreter is allocated for (None: not yet allocated here)
     start = 0
-    while start < x.shape[0]:
-        batch = np.ascontiguousarray(x[start:start + batch_size], dtype=dtype)
+    while start < n:
+        batches = [np.ascontiguousarray(a[start:start + batch_size], dtype=d["dtype"]) for a, d in zip(arrays, details)]
+        size = batches[0].shape[0]
         try:
-            if batch.shape[0] != rows:
-                interpreter.resize_tensor_input(index, [batch.shape[0], *sample_shape])
+            if size != rows:
+                for d, batch in zip(details, batches):
+                    interpreter.resize_tensor_input(d["index"], list(batch.shape))
                 interpreter.allocate_tensors()
-                rows = batch.shape[0]
-            interpreter.set_tensor(index, batch)
+                rows = size
+            for d, batch in zip(details, batches):
+                interpreter.set_tensor(d["index"], batch)
             interpreter.invoke()
         except (RuntimeError, ValueError) as exc:
             if batch_size == 1:
@@ -116,8 +174,18 @@ def _run_batches(interpreter, x, batch_size: int, read):
             batch_size, rows = 1, None
             continue
         results.append(read(interpreter))
-        start += batch.shape[0]
+        start += size
     return results
+
+
+def outputs(model, x, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int] = None) -> dict:
+    """Every output of the model for every sample of x: {output name (output_names): array [n, ...]}."""
+    interpreter = _interpreter(model, num_threads)
+    details = interpreter.get_output_details()
+    keys = output_names(details)
+    parts = _run_batches(interpreter, x, batch_size,
+                         lambda it: [it.get_tensor(d["index"]).copy() for d in details])
+    return {key: np.concatenate([p[i] for p in parts], axis=0) for i, key in enumerate(keys)}
 
 
 def predict(model, x, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int] = None,

@@ -28,11 +28,12 @@ def test_tail_evaluator_agrees_with_the_interpreter(name, val):
     fast = Evaluator(data, *val, names)
     slow = Evaluator(data, *val, names, use_tail=False)
     assert fast.fast and not slow.fast
-    assert fast.correct({}) == slow.correct({})
+    assert fast.measure({}) == slow.measure({}) == Measure(0, 0, 0, 0)
     # coarse bounds on every layer at once: predictions change, both paths must see the same
     weights = {n: encode_weight(model.weight(n), 0.05)[0] for n in names}
-    assert fast.correct(weights) == slow.correct(weights)
-    assert fast.correct(weights) != fast.correct({})
+    changed = fast.measure(weights)
+    assert changed == slow.measure(weights)
+    assert changed.lost + changed.gained > 0 and changed.noise == np.sqrt(changed.lost + changed.gained)
 
 
 def test_conv_layers_fall_back_to_the_interpreter_fc_layers_keep_the_tail(val):
@@ -43,8 +44,8 @@ def test_conv_layers_fall_back_to_the_interpreter_fc_layers_keep_the_tail(val):
     assert evaluator._on_tail({"fc1": None}) and not evaluator._on_tail({"conv2": None, "fc1": None})
     conv = encode_weight(model.weight("conv2"), 0.05)[0]
     slow = Evaluator(data, *val, names, use_tail=False)
-    assert evaluator.drop({"conv2": conv}) == slow.drop({"conv2": conv})
-    assert evaluator.drop({}) == Measure(0, evaluator.correct({}), 0, 0)
+    assert evaluator.measure({"conv2": conv}) == slow.measure({"conv2": conv})
+    assert evaluator.measure({}) == Measure(0, 0, 0, 0)
 
 
 def test_encode_weight_matches_what_the_container_stores():
@@ -71,12 +72,12 @@ def test_adaptive_range_climbs_until_clearly_beyond_budget_then_refines(val):
     budget = 3
     points = assess_layer(evaluator, "fc1", model.weight("fc1"), budget)
     bounds = [p.bound for p in points]
-    assert bounds[0] == 0 and points[0].drop == 0 and bounds == sorted(bounds)
-    assert points[-1].drop > max(2 * budget, budget + 10)
+    assert bounds[0] == 0 and points[0].loss == 0 and bounds == sorted(bounds)
+    assert points[-1].loss > max(2 * budget, budget + 10)
     coarse = [p for p in points if p.bound > 0 and np.isclose(np.log2(p.bound / 1e-4) % 1, 0, atol=1e-9)]
     fine = [p for p in points if p.bound > 0 and p not in coarse]
     assert fine, "the steps where the drop crosses into the budget are refined"
-    assert all(p.drop <= max(2 * budget, budget + 10) for p in coarse[:-1])
+    assert all(p.loss <= max(2 * budget, budget + 10) for p in coarse[:-1])
     # larger bounds give smaller streams (up to codec noise between neighbours)
     sizes = [p.size for p in coarse]
     assert sizes[-1] < sizes[0]
@@ -104,8 +105,8 @@ def test_gpu_evaluator_agrees_with_the_numpy_tail(name, val):
         assert gpu.device == "cpu" and device.missing() in gpu.cpu_reason
     weights = {n: encode_weight(model.weight(n), 0.05)[0] for n in names}
     for w in ({}, weights):
-        a, b = cpu.drop(w), gpu.drop(w)
+        a, b = cpu.measure(w), gpu.measure(w)
         # each path counts against its own baseline; float summation order may flip a near tie
-        assert abs(a.drop - b.drop) <= 2 and abs(a.correct - b.correct) <= 2, (a, b)
+        assert abs(a.loss - b.loss) <= 2, (a, b)
     with pytest.raises(InputError, match="cpu or gpu"):
         Evaluator(data, *val, names, device="auto")

@@ -139,7 +139,7 @@ def test_deepsz_optimizer_adds_the_losses():
     from pydsz.baselines import deepsz
 
     def pts(name, sizes, drops):
-        return [Point(name, b, s, s, 0, 0, d) for b, s, d in zip((1e-3, 2e-3, 3e-3), sizes, drops)]
+        return [Point(name, b, s, s, 0, d) for b, s, d in zip((1e-3, 2e-3, 3e-3), sizes, drops)]
 
     table = {"fc1": pts("fc1", [300, 200, 100], [0, 2, 5]), "fc2": pts("fc2", [90, 60, 30], [0, 1, 4])}
     assert deepsz.choose(table, 6, 1000) == {"fc1": 3e-3, "fc2": 2e-3}  # 5 + 1 samples, 160 bytes

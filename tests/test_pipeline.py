@@ -32,12 +32,13 @@ def result(lenet300, val):
 def test_compress_stays_within_the_budget_measured_on_the_decoded_model(result, lenet300, val):
     decoded = container.load(result.dsz).tflite_bytes()
     measured = runtime.accuracy(decoded, *val)
-    assert measured == result.top1_after
-    assert result.top1_before - measured <= 0.003 + 1e-12
-    assert result.top1_before == runtime.accuracy(lenet300, *val)
+    assert measured == pytest.approx(result.after, abs=1e-12)
+    assert result.before - measured <= 0.003 + 1e-12
+    assert result.before == pytest.approx(runtime.accuracy(lenet300, *val), abs=1e-12)
+    assert result.loss == pytest.approx(result.before - measured, abs=1e-12)
     assert {l.name for l in result.layers} == {"fc1", "fc2", "fc3"}
     assert result.ratio > 4  # dense float32 weights at the largest bounds the budget allows
-    assert result.attempts[-1]["measured_drop"] <= result.allowed_drop
+    assert result.attempts[-1]["measured_loss"] <= result.allowed
 
 
 def test_chosen_bounds_are_what_the_file_holds(result):
@@ -57,30 +58,29 @@ def test_verification_tightens_when_losses_do_not_add_up(lenet300, val, monkeypa
         # Claim every bound is free: the optimizer then picks the largest ones and only the
         # verification (which measures) can bring the loss back within budget.
         table = real_assess(*args, **kwargs)
-        return {name: [Point(p.layer, p.bound, p.size, p.data_bytes, p.index_bytes, p.correct, 0)
+        return {name: [Point(p.layer, p.bound, p.size, p.data_bytes, p.index_bytes, 0)
                        for p in points] for name, points in table.items()}
 
     monkeypatch.setattr(pipeline, "assess", optimistic)
     result = pipeline.compress(lenet300, *val, max_loss=0.002)
     assert len(result.attempts) > 1
-    assert result.attempts[0]["drop"] > result.allowed_drop
-    assert result.top1_before - result.top1_after <= 0.002 + 1e-12
-    assert result.attempts[-1]["measured_drop"] <= result.allowed_drop
+    assert result.attempts[0]["loss"] > result.allowed
+    assert result.before - result.after <= 0.002 + 1e-12
+    assert result.attempts[-1]["measured_loss"] <= result.allowed
 
 
 def test_target_ratio_gives_the_best_accuracy_at_that_size(lenet300, val):
     result = pipeline.compress(lenet300, *val, target_ratio=8)
     streams = sum(l.stream_bytes for l in result.layers)
     assert streams <= sum(l.original_bytes for l in result.layers) / 8
-    assert result.top1_after == runtime.accuracy(container.load(result.dsz).tflite_bytes(), *val)
+    assert result.after == pytest.approx(runtime.accuracy(container.load(result.dsz).tflite_bytes(), *val), abs=1e-12)
 
 
 def test_reference_accuracy_shares_the_budget(lenet300, val):
-    top1 = runtime.accuracy(lenet300, *val)
-    # the reference is 0.3 points above this model: no budget is left, nothing may be lost
-    result = pipeline.compress(lenet300, *val, max_loss=0.003, reference_top1=top1 + 0.003)
-    assert result.allowed_drop == 0
-    assert result.top1_after >= result.top1_before
+    # an earlier step spent 0.3 points: no budget is left, nothing may be lost
+    result = pipeline.compress(lenet300, *val, max_loss=0.003, spent=0.003)
+    assert result.allowed == 0
+    assert result.after >= result.before
 
 
 @pytest.mark.parametrize("max_loss", [-0.1, 1.0, 2.0, float("nan")])
@@ -111,11 +111,12 @@ def test_report_writes_json_and_png(result, tmp_path):
     assert report["totals"]["measured_loss"] == pytest.approx(result.loss)
     assert [l["name"] for l in report["layers"]] == ["fc1", "fc2", "fc3"]
     assert paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "fc1" in layer_table(result) and "top-1" in totals_line(result)
+    assert report["metric"]["name"] == "top1" and report["metric"]["unit"].startswith("top-1")
+    assert "fc1" in layer_table(result) and "top1" in totals_line(result)
 
 
 def test_expected_losses_are_monotone_and_keep_a_noise_margin():
-    points = [Point("fc1", b, 100, 90, 10, 0, drop, lost, gained) for b, drop, lost, gained in
+    points = [Point("fc1", b, 100, 90, 10, drop, np.sqrt(lost + gained), lost, gained) for b, drop, lost, gained in
               [(0.0, 0, 0, 0), (0.01, 2, 3, 1), (0.02, -1, 4, 5), (0.04, 6, 8, 2)]]
     at_face_value = pipeline.expected_losses(points, margin=0)
     assert at_face_value == [0.0, 0.5, 0.5, 6.0]  # the dip at 0.02 is pooled with its neighbour
@@ -172,14 +173,15 @@ def test_cli_device_gpu_without_a_gpu_is_one_line_and_writes_nothing(small_val, 
     assert not out.exists()
 
 
-@pytest.mark.parametrize("arrays, words", [({"x": np.zeros((3, 28, 28), np.uint8)}, ["no array 'y'"]),
+@pytest.mark.parametrize("arrays, words", [({"x": np.zeros((3, 28, 28), np.uint8)}, ["top1 needs labels"]),
                                            ({"x": np.zeros((3, 5, 5), np.uint8), "y": np.zeros(3, np.int64)}, []),
                                            ({"x": np.zeros((3, 28, 28), np.uint8), "y": np.full(3, 12)}, ["labels"])])
 def test_cli_compress_bad_data_is_one_line_and_writes_nothing(tmp_path, arrays, words):
     data = tmp_path / "bad.npz"
     np.savez(data, **arrays)
     out = tmp_path / "m.dsz"
-    _one_line_error(_dsz("compress", bundled("lenet300.tflite"), "--data", data, "-o", out), *words)
+    _one_line_error(_dsz("compress", bundled("lenet300.tflite"), "--data", data, "--metric", "top1", "-o", out),
+                    *words)
     assert not out.exists() and list(tmp_path.iterdir()) == [data]
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from pydsz.assess import Evaluator, Point
 from pydsz.baselines import lossless, pack_shape, positions_of, relative_index, sz3, unpack_shape
 from pydsz.errors import FormatError
-from pydsz.optimize import Option, minimize_size
+from pydsz.optimize import Option, loss_unit, minimize_size
 
 GRID = tuple(k * 1e-3 for k in range(1, 10))
 INDEX_BITS = 8
@@ -75,8 +75,8 @@ def assess(evaluator: Evaluator, weights: Mapping[str, np.ndarray], grid=GRID,
         for bound in grid:
             stream = encode(w, bound)
             _, data, index = sections(stream)
-            m = evaluator.drop({name: decode(stream)})
-            point = Point(name, bound, len(stream), len(data), len(index), m.correct, m.drop, m.lost, m.gained)
+            m = evaluator.measure({name: decode(stream)})
+            point = Point(name, bound, len(stream), len(data), len(index), m.loss, m.noise, m.lost, m.gained)
             table[name].append(point)
             streams[name, bound] = stream
             if on_point:
@@ -84,12 +84,12 @@ def assess(evaluator: Evaluator, weights: Mapping[str, np.ndarray], grid=GRID,
     return table, streams
 
 
-def choose(table: Mapping[str, list[Point]], allowed: int, samples: int) -> dict[str, float]:
-    """The paper's optimizer: per-layer bounds of least total size whose summed measured drops are
-    at most `allowed` samples. Where even the smallest grid bounds do not fit, those are taken:
-    the grid has nothing tighter."""
-    options = {name: [Option(p.bound, p.size, p.drop / samples) for p in points] for name, points in table.items()}
-    plan = minimize_size(options, allowed / samples, 1 / samples)
+def choose(table: Mapping[str, list[Point]], allowed: float, samples: int, discrete: bool = True) -> dict[str, float]:
+    """The paper's optimizer: per-layer bounds of least total size whose summed measured losses are
+    at most `allowed` (summed over the samples: for top-1, samples). Where even the smallest grid
+    bounds do not fit, those are taken: the grid has nothing tighter."""
+    options = {name: [Option(p.bound, p.size, p.loss / samples) for p in points] for name, points in table.items()}
+    plan = minimize_size(options, allowed / samples, loss_unit(samples, discrete, allowed))
     if plan is None:
         return {name: min(p.bound for p in points) for name, points in table.items()}
     return {name: option.bound for name, option in plan.choice.items()}
