@@ -120,19 +120,21 @@ class Evaluator:
 
         self.model = TFLiteModel(tflite_bytes)
         self.bytes = bytes(tflite_bytes)
-        self.x, self.y = x, None if y is None else np.asarray(y)
+        # by position from here on: the interpreter knows the inputs by tensor name only
+        self.x = runtime.fit_inputs(self.model.input_details(), x)
+        self.y = None if y is None else np.asarray(y)
         self.metric = metrics.get(metric)
         self.num_threads = num_threads
         self.evaluations, self.seconds = 0, 0.0
-        self.outputs = runtime.outputs(self.bytes, x, num_threads=num_threads)  # the original model's, once
+        self.keys = [d["key"] for d in self.model.output_details()]
+        self.outputs = runtime.outputs(self.bytes, self.x, self.keys, num_threads=num_threads)  # the original's, once
         self.metric.check(self.outputs, self.y)
         fcs = sorted((self.model.layer(n) for n in layer_names if self.model.layer(n).kind == "fc"),
                      key=lambda layer: layer.op_index)
         self.tail = Tail.from_model(self.model, fcs[0].name) if use_tail and fcs else None
-        self.h = runtime.capture(self.bytes, x, self.tail.input_tensor, num_threads=num_threads) if self.tail else None
+        self.h = runtime.capture(self.bytes, self.x, self.tail.input_tensor, num_threads=num_threads) if self.tail else None
         if self.tail:
-            keys = runtime.output_names(self.model.output_details())
-            self._tail_output = keys[list(self.model.outputs).index(self.tail.output_tensor)]
+            self._tail_output = self.keys[list(self.model.outputs).index(self.tail.output_tensor)]
         self._baseline: dict[bool, tuple] = {}
         self.device, self.cpu_reason, self._gpu = "cpu", None, None
         if device == "gpu":
@@ -188,7 +190,7 @@ class Evaluator:
     def measure_model(self, tflite_bytes: bytes) -> Measure:
         """The loss of another model of the same graph (the decoded .dsz) against the original,
         both through the interpreter: what a user would measure."""
-        out = runtime.outputs(tflite_bytes, self.x, num_threads=self.num_threads)
+        out = runtime.outputs(tflite_bytes, self.x, self.keys, num_threads=self.num_threads)
         base = self.metric.losses(self.outputs, self.outputs, self.y)
         return self._measure(self.metric.losses(out, self.outputs, self.y) - base)
 
@@ -204,7 +206,7 @@ class Evaluator:
             return {**self.outputs, self._tail_output: out.reshape(self.outputs[self._tail_output].shape)}
         if not weights:
             return self.outputs
-        return runtime.outputs(self.model.replace(dict(weights)), self.x, num_threads=self.num_threads)
+        return runtime.outputs(self.model.replace(dict(weights)), self.x, self.keys, num_threads=self.num_threads)
 
     def _losses(self, outputs: Optional[dict], reference: Optional[dict], weights, on_tail: bool) -> np.ndarray:
         if outputs is None:

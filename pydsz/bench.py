@@ -55,16 +55,18 @@ class _Judge:
     """One split and the model as given: the metric's value and loss of any model of the same graph."""
 
     def __init__(self, original: bytes, data, metric: metrics.Metric, num_threads: Optional[int]):
-        self.x, self.y = data
+        model = TFLiteModel(original)
+        self.x, self.y = runtime.fit_inputs(model.input_details(), data[0]), data[1]
         self.metric, self.num_threads = metric, num_threads
-        self.reference = runtime.outputs(original, self.x, num_threads=num_threads)
+        self.keys = [d["key"] for d in model.output_details()]
+        self.reference = runtime.outputs(original, self.x, self.keys, num_threads=num_threads)
         metric.check(self.reference, self.y)
         self.base = metric.losses(self.reference, self.reference, self.y)
 
     def __call__(self, tflite: bytes) -> tuple[float, float]:
         """(value, loss from the model as given), the metric's unit."""
-        losses = self.metric.losses(runtime.outputs(tflite, self.x, num_threads=self.num_threads), self.reference,
-                                    self.y)
+        out = runtime.outputs(tflite, self.x, self.keys, num_threads=self.num_threads)
+        losses = self.metric.losses(out, self.reference, self.y)
         return self.metric.value(float(np.mean(losses))), float(np.mean(losses - self.base))
 
 

@@ -92,7 +92,7 @@ def _data(args, model_bytes: bytes):
     from .data import load_data
     from .model import TFLiteModel
 
-    return load_data(args.data, TFLiteModel(model_bytes).input_details(), normalize=args.normalize)
+    return load_data(args.data, TFLiteModel(model_bytes), normalize=args.normalize)
 
 
 def cmd_eval(args) -> None:
@@ -116,8 +116,9 @@ def cmd_eval(args) -> None:
     if metric.needs_labels and y is None:
         raise InputError(f"{args.data}: no array 'y': metric {metric.name} needs labels "
                          "(or give --reference ORIGINAL and a metric that compares with it)")
-    out = outputs(model, x, num_threads=args.num_threads)
-    ref = out if reference is None else outputs(reference, x, num_threads=args.num_threads)
+    keys = [d["key"] for d in TFLiteModel(model).output_details()]
+    out = outputs(model, x, keys, num_threads=args.num_threads)
+    ref = out if reference is None else outputs(reference, x, keys, num_threads=args.num_threads)
     metric.check(ref, y)
     losses = metric.losses(out, ref, y)
     value = metric.value(float(np.mean(losses)))

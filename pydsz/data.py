@@ -212,12 +212,13 @@ def load_images(directory: PathLike, input_shape, input_dtype, normalize: Option
     return (out.astype(np.float32) * np.float32((high - low) / 255.0) + np.float32(low)).astype(dtype)
 
 
-def load_data(path: PathLike, input_details, normalize: Optional[str] = None, need_labels: bool = False) -> tuple:
-    """A data set for a model: (x, y) from an .npz or a directory of images, checked against the
-    model's inputs (input_details: TFLiteModel.input_details()). x is one array, or a list of
-    arrays for a model of several inputs; y is None when there are no labels (images never have)."""
+def load_data(path: PathLike, model, normalize: Optional[str] = None, need_labels: bool = False) -> tuple:
+    """A data set for a model (a TFLiteModel): (x, y) from an .npz or a directory of images, checked
+    against the model's inputs. x is one array, or a list of arrays for a model of several inputs;
+    y is None when there are no labels (images never have)."""
     from .runtime import fit_inputs
 
+    input_details = model.input_details()
     if os.path.isdir(path):
         if need_labels:
             raise InputError(f"{path}: a directory of images has no labels; this needs an .npz with 'y'")

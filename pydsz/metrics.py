@@ -18,8 +18,9 @@ output-error, and so on. The budget bounds the mean over samples of the paired d
     module:function     a function of yours: f(outputs, original_outputs, y_or_None) -> per-sample
                         losses, where outputs map output names to arrays [n, ...]
 
-Outputs are identified by tensor name (or `output<i>` where names are missing or repeat); a metric
-made with `output=NAME` sees that output only.
+Outputs are known by the names of the model's serving signature, else by tensor name (output<i>
+where a name is missing or repeats: TFLiteModel.output_details()'s "key"); a metric made with
+`output=NAME` sees that output only.
 """
 
 from __future__ import annotations
@@ -163,10 +164,12 @@ class TopK(_Discrete):
         self.name = f"topk:{k}"
 
     def losses(self, outputs, reference, y):
-        scores = _scores(outputs, self)
-        k = min(self.k, scores.shape[1])
-        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        return (~np.any(top == np.asarray(y)[:, None], axis=1)).astype(np.float64)
+        # the label's rank, ties going to the lower class index as argmax's do (topk:1 is top1)
+        scores, y = _scores(outputs, self), np.asarray(y)
+        label = scores[np.arange(len(y)), y][:, None]
+        earlier = np.arange(scores.shape[1])[None, :] < y[:, None]
+        rank = np.sum(scores > label, axis=1) + np.sum((scores == label) & earlier, axis=1)
+        return (rank >= self.k).astype(np.float64)
 
     def value(self, mean_loss):
         return 1.0 - mean_loss
@@ -198,8 +201,9 @@ def _per_output(metric: Metric, outputs: Outputs, reference: Outputs, score, red
 
 class OutputError(Metric):
     """||changed - original|| / ||original|| per sample and output. A sample whose original output is
-    (nearly) zero is measured against a thousandth of the output's typical norm instead, so that an
-    empty mask does not divide by zero."""
+    (nearly) zero is measured against a thousandth of the output's typical (RMS) norm instead, so
+    that an empty mask does not divide by zero; an output that is zero on every sample has no scale
+    and counts its absolute L2 error."""
 
     unit = "relative L2 error of the outputs (0.01 = 1%)"
 
@@ -213,8 +217,8 @@ class OutputError(Metric):
     def losses(self, outputs, reference, y):
         def relative(name, a, r):
             norms = np.linalg.norm(r, axis=1)
-            floor = 1e-3 * float(np.sqrt(np.mean(np.square(norms)))) if norms.size else 0.0
-            return np.linalg.norm(a - r, axis=1) / np.maximum(norms, max(floor, np.finfo(np.float64).tiny))
+            typical = float(np.sqrt(np.mean(np.square(norms)))) if norms.size else 0.0
+            return np.linalg.norm(a - r, axis=1) / np.maximum(norms, 1e-3 * typical if typical > 0 else 1.0)
         return _per_output(self, outputs, reference, relative, self.reduce)
 
 
@@ -314,7 +318,7 @@ def default(model, has_labels: bool, output: Optional[str] = None) -> tuple[Metr
     """The metric to use when none is given, and why: top1 with labels, agreement without, for a
     model whose (chosen) output is class scores; output-error for any other model."""
     outputs = model.output_details()
-    chosen = [d for d in outputs if output is None or d["name"] == output]
+    chosen = [d for d in outputs if output is None or d["key"] == output]
     if len(chosen) == 1:
         index = chosen[0]["index"]
         producer = next((op.name for op in model.ops if index in op.outputs), None)

@@ -221,6 +221,28 @@ class TFLiteModel:
                                options=_parse_options(op, name)))
         self.inputs = indices(graph.InputsAsNumpy(), "graph input", -1)
         self.outputs = indices(graph.OutputsAsNumpy(), "graph output", -1)
+        self._keys = self._io_keys(model)
+
+    def _io_keys(self, model) -> dict:
+        """Each graph input's and output's name for users (--model-output, .npz arrays, metrics):
+        the serving signature's (Keras' input and output names) where it names them all, else the
+        tensor's; input<i> / output<i> where a name is missing or repeats."""
+        signature = {}
+        for s in range(model.SignatureDefsLength()):
+            sig = model.SignatureDefs(s)
+            if sig.SubgraphIndex() == 0:
+                for get, count in ((sig.Inputs, sig.InputsLength()), (sig.Outputs, sig.OutputsLength())):
+                    for j in range(count):
+                        signature[get(j).TensorIndex()] = (get(j).Name() or b"").decode("utf-8", "replace")
+                break
+        keys = {}
+        for indices, prefix in ((self.inputs, "input"), (self.outputs, "output")):
+            names = [signature.get(i, "") for i in indices]
+            if not all(names) or len(set(names)) != len(names):
+                names = [self.tensors[i].name for i in indices]
+            keys.update({i: n if n and names.count(n) == 1 else f"{prefix}{k}"
+                         for k, (i, n) in enumerate(zip(indices, names))})
+        return keys
 
     def _buffer_extent(self, buf, index: int) -> tuple:
         """(absolute offset, size) of a buffer's bytes in the file, checked against its length."""
@@ -386,7 +408,8 @@ class TFLiteModel:
         return buffer, t.shape, t.type, offset, nbytes, f"buffer {buffer}"
 
     def input_details(self) -> list:
-        """[{index, name, shape, shape_signature, dtype}] of the graph inputs."""
+        """[{index, name, key, shape, shape_signature, dtype}] of the graph inputs; key: the name users
+        know it by (the serving signature's, else the tensor's)."""
         return [self._details(i) for i in self.inputs]
 
     def output_details(self) -> list:
@@ -394,8 +417,8 @@ class TFLiteModel:
 
     def _details(self, index: int) -> dict:
         t = self.tensors[index]
-        return {"index": index, "name": t.name, "shape": t.shape, "shape_signature": t.shape_signature,
-                "dtype": t.dtype}
+        return {"index": index, "name": t.name, "key": self._keys.get(index, t.name), "shape": t.shape,
+                "shape_signature": t.shape_signature, "dtype": t.dtype}
 
     def consumers(self, tensor_index: int) -> list:
         """The ops of subgraph 0 that read a tensor, in execution order."""

@@ -80,29 +80,15 @@ def _interpreter(model, num_threads):
     return model if hasattr(model, "invoke") else make_interpreter(model, num_threads=num_threads)
 
 
-def _keys(details, prefix: str) -> list:
-    names = [d["name"] for d in details]
-    return [n if n and names.count(n) == 1 else f"{prefix}{i}" for i, n in enumerate(names)]
-
-
-def output_names(details) -> list:
-    """The keys outputs are known by (metrics, --output): tensor names, or output<i> where a name is
-    missing or repeats."""
-    return _keys(details, "output")
-
-
-def input_names(details) -> list:
-    return _keys(details, "input")
-
-
 def fit_inputs(details, x, source: str = "x") -> list:
     """x (one array, or several: a list in the model's input order, or a dict keyed x0, x1, ... or by
-    the inputs' names) as one array per model input, each reshaped to the input's sample shape.
+    the inputs' names: "key" of TFLiteModel.input_details where the details have it, else the
+    tensor names) as one array per model input, each reshaped to the input's sample shape.
 
     InputError, naming `source`, where the arrays do not fit the inputs: count, sample shape, or
     values that the input's integer type cannot hold.
     """
-    names = input_names(details)
+    names = [d.get("key", d["name"]) for d in details]
     if isinstance(x, Mapping):
         by_position = [f"x{i}" for i in range(len(details))]
         if set(x) == set(by_position):
@@ -178,11 +164,13 @@ def _run_batches(interpreter, x, batch_size: int, read):
     return results
 
 
-def outputs(model, x, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int] = None) -> dict:
-    """Every output of the model for every sample of x: {output name (output_names): array [n, ...]}."""
+def outputs(model, x, keys, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int] = None) -> dict:
+    """Every output of the model for every sample of x, as {key: array [n, ...]}: keys name the
+    outputs in order (TFLiteModel.output_details()'s "key")."""
     interpreter = _interpreter(model, num_threads)
     details = interpreter.get_output_details()
-    keys = output_names(details)
+    if len(keys) != len(details):
+        raise InputError(f"{len(keys)} output names for a model of {len(details)} outputs")
     parts = _run_batches(interpreter, x, batch_size,
                          lambda it: [it.get_tensor(d["index"]).copy() for d in details])
     return {key: np.concatenate([p[i] for p in parts], axis=0) for i, key in enumerate(keys)}

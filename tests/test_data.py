@@ -2,6 +2,7 @@
 
 import gzip
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from pydsz.data import (
     FASHION_MNIST_DIR,
     bundled,
     fashion_mnist,
+    load_images,
     load_npz,
     read_idx,
     split_validation,
@@ -259,3 +261,71 @@ def test_bundled_shared_model_feeds_one_buffer_to_two_fc_ops():
             weight_buffers.append(graph.Tensors(op.Inputs(1)).Buffer())
     assert len(weight_buffers) == 3
     assert weight_buffers[0] == weight_buffers[1] != weight_buffers[2]
+
+
+# --- directories of images -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def garments(tmp_path_factory):
+    """Fashion-MNIST test images as PNG and JPEG files: real images, as users have them."""
+    from PIL import Image
+
+    x, _ = load_npz(bundled("fmnist_test.npz"))
+    d = tmp_path_factory.mktemp("images")
+    for i in range(4):
+        Image.fromarray(x[i]).save(d / f"{i}.png")
+    Image.fromarray(x[4]).save(d / "4.JPG", quality=95)
+    (d / "notes.txt").write_text("not an image")
+    return d, x[:5]
+
+
+def test_images_load_sorted_resized_and_normalized(garments):
+    d, x = garments
+    same = load_images(d, (1, 28, 28, 1), np.float32, "0,1")
+    assert same.shape == (5, 28, 28, 1) and same.dtype == np.float32
+    assert np.allclose(same[:4, ..., 0], x[:4] / 255, rtol=0, atol=1e-6)
+    assert np.max(np.abs(same[4, ..., 0] - x[4] / 255)) < 0.1  # JPEG is lossy
+    raw = load_images(d, (1, 28, 28, 1), np.uint8)
+    assert raw.dtype == np.uint8 and np.array_equal(raw[:4, ..., 0], x[:4])
+    half = load_images(d, (1, 14, 14, 1), np.float32, "-1,1")
+    assert half.shape == (5, 14, 14, 1) and -1 <= half.min() and half.max() <= 1
+
+
+def test_colour_images_with_alpha_feed_a_colour_input(tmp_path):
+    from PIL import Image
+
+    rgba = np.zeros((10, 12, 4), np.uint8)
+    rgba[..., 0], rgba[..., 3] = 200, 255
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "a.png")
+    x = load_images(tmp_path, (1, 5, 6, 3), np.float32, "0,255")
+    assert x.shape == (1, 5, 6, 3) and np.allclose(x[..., 0], 200) and np.allclose(x[..., 1:], 0)
+
+
+@pytest.mark.parametrize("shape, dtype, normalize, words", [
+    ((1, 28, 28, 3), np.float32, "0,1", "grayscale image"),
+    ((1, 28, 28, 1), np.float32, None, "--normalize"),
+    ((1, 28, 28, 1), np.uint8, "0,1", "leave out --normalize"),
+    ((1, 784), np.float32, "0,1", "[batch, height, width, 1 or 3]"),
+    ((1, 28, 28, 1), np.int8, None, "give an .npz"),
+])
+def test_images_that_do_not_fit_the_input_are_input_errors(garments, shape, dtype, normalize, words):
+    with pytest.raises(InputError, match=re.escape(words)):
+        load_images(garments[0], shape, dtype, normalize)
+
+
+def test_a_directory_without_images_is_an_input_error(tmp_path):
+    (tmp_path / "readme.txt").write_text("")
+    with pytest.raises(InputError, match="no PNG or JPEG images"):
+        load_images(tmp_path, (1, 28, 28, 1), np.float32, "0,1")
+
+
+def test_an_npz_without_labels_or_with_several_inputs(tmp_path):
+    np.savez(tmp_path / "x.npz", x=np.zeros((3, 2)))
+    x, y = load_npz(tmp_path / "x.npz", need_labels=False)
+    assert y is None and x.shape == (3, 2)
+    np.savez(tmp_path / "multi.npz", x0=np.zeros((3, 2)), x1=np.ones((3, 4)))
+    x, y = load_npz(tmp_path / "multi.npz", need_labels=False)
+    assert y is None and sorted(x) == ["x0", "x1"]
+    with pytest.raises(InputError, match="no array 'y'"):
+        load_npz(tmp_path / "multi.npz")

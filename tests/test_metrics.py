@@ -1,0 +1,325 @@
+"""Metrics: what each one measures, the budget in its unit, and the main job judged by each, with
+labels or without, on a classifier and on a model of two inputs and three regression-like outputs."""
+
+import hashlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from pydsz import container, metrics, pipeline, runtime
+from pydsz.assess import Evaluator
+from pydsz.data import bundled, load_npz
+from pydsz.errors import InputError
+from pydsz.model import TFLiteModel
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _outputs(a):
+    return {"out": np.asarray(a, np.float64)}
+
+
+scores = hnp.arrays(np.float64, st.tuples(st.integers(1, 30), st.integers(2, 12)),
+                    elements=st.floats(-1e3, 1e3, allow_nan=False, width=32))
+
+
+@given(scores, st.data())
+def test_top1_and_topk_count_the_labels_among_the_top_classes(s, data):
+    y = np.array(data.draw(st.lists(st.integers(0, s.shape[1] - 1), min_size=len(s), max_size=len(s))))
+    top1 = metrics.Top1().losses(_outputs(s), _outputs(s), y)
+    assert np.array_equal(top1, (np.argmax(s, axis=1) != y).astype(float))
+    assert np.array_equal(metrics.TopK(1).losses(_outputs(s), None, y), top1)
+    wider = [metrics.TopK(k).losses(_outputs(s), None, y) for k in range(1, s.shape[1] + 1)]
+    assert all(np.all(a >= b) for a, b in zip(wider, wider[1:]))  # a larger k never loses more
+    assert not wider[-1].any()  # every class is among the top k = all
+
+
+@given(scores, st.integers(0, 2 ** 31 - 1))
+def test_agreement_needs_no_labels_and_its_noise_is_mcnemars(s, seed):
+    changed = s + np.random.default_rng(seed).normal(scale=50, size=s.shape)
+    agreement = metrics.Agreement()
+    assert not agreement.losses(_outputs(s), _outputs(s), None).any()
+    d = agreement.losses(_outputs(changed), _outputs(s), None)
+    assert agreement.noise(d) == pytest.approx(math.sqrt(np.sum(d != 0)))
+
+
+# model outputs are float32 (their squares never underflow in float64)
+outputs_pair = st.integers(1, 20).flatmap(lambda n: st.tuples(
+    hnp.arrays(np.float64, (n, 6), elements=st.floats(-100, 100, allow_nan=False, width=32)),
+    hnp.arrays(np.float64, (n, 6), elements=st.floats(-1, 1, allow_nan=False, width=32))))
+
+
+@given(outputs_pair, st.floats(0.01, 100))
+def test_output_error_is_the_relative_l2_error_and_ignores_scale(pair, scale):
+    reference, noise = pair
+    assume(np.any(reference))  # an output zero on every sample has no scale: its absolute error counts
+    metric = metrics.get("output-error")
+    changed = reference + noise
+    e = metric.losses(_outputs(changed), _outputs(reference), None)
+    assert np.all(e >= 0) and not metric.losses(_outputs(reference), _outputs(reference), None).any()
+    scaled = metric.losses(_outputs(scale * changed), _outputs(scale * reference), None)
+    assert np.allclose(scaled, e, rtol=1e-9, atol=1e-12)
+    norms = np.linalg.norm(reference, axis=1)
+    big = norms > 1e-3 * np.sqrt(np.mean(norms ** 2))
+    assert np.allclose(e[big], np.linalg.norm(noise, axis=1)[big] / norms[big])
+
+
+def test_output_error_takes_the_worst_output_or_their_mean():
+    reference = {"a": np.ones((2, 4)), "b": np.ones((2, 9))}
+    changed = {"a": reference["a"] * 1.01, "b": reference["b"] * 1.04}
+    assert np.allclose(metrics.get("output-error").losses(changed, reference, None), 0.04)
+    assert np.allclose(metrics.get("output-error:mean").losses(changed, reference, None), 0.025)
+    assert np.allclose(metrics.get("output-error", output="a").losses(changed, reference, None), 0.01)
+    with pytest.raises(InputError, match="no output 'c'"):
+        metrics.get("output-error", output="c").losses(changed, reference, None)
+
+
+def test_psnr_budget_is_the_lowest_psnr_in_db():
+    psnr = metrics.get("psnr")
+    assert psnr.budget(40) == pytest.approx(1e-4) and psnr.value(1e-4) == pytest.approx(40)
+    reference = np.linspace(0, 1, 20).reshape(2, 10)  # range (peak) 1
+    nmse = psnr.losses(_outputs(reference + 0.01), _outputs(reference), None)
+    assert np.allclose(nmse, 1e-4)  # 40 dB
+    with pytest.raises(InputError, match="lowest PSNR"):
+        psnr.budget(0)
+
+
+def test_cosine_is_zero_for_a_scaled_copy_and_at_most_two():
+    metric = metrics.get("cosine")
+    a = np.array([[1.0, 2, 3], [1, 0, 0]])
+    assert np.allclose(metric.losses(_outputs(3 * a), _outputs(a), None), 0)
+    assert np.allclose(metric.losses(_outputs(-a), _outputs(a), None), 2)
+
+
+def test_continuous_noise_is_the_paired_standard_deviation_of_the_sum():
+    d = np.array([0.1, 0.3, 0.2, 0.6])
+    assert metrics.get("output-error").noise(d) == pytest.approx(np.std(d, ddof=1) * 2)
+
+
+def user_losses(outputs, original, y):
+    """A user metric: the largest absolute change of any value, per sample."""
+    return np.max([np.abs(outputs[k] - original[k]).reshape(len(original[k]), -1).max(axis=1) for k in original],
+                  axis=0)
+
+
+def test_metric_names_resolve_and_bad_ones_are_input_errors():
+    assert isinstance(metrics.get("topk:5"), metrics.TopK) and metrics.get("topk:5").k == 5
+    assert metrics.get("output-error:mean").reduce == "mean"
+    user = metrics.get("test_metrics:user_losses")
+    assert isinstance(user, metrics.UserMetric) and user.function is user_losses
+    assert metrics.get(user_losses).function is user_losses
+    for bad, words in [("top2", "unknown metric 'top2'"), ("topk:0", "whole number"),
+                       ("no_such_module_x:f", "cannot import"), ("test_metrics:absent", "has no 'absent'")]:
+        with pytest.raises(InputError, match=words):
+            metrics.get(bad)
+
+
+def test_a_user_metric_must_give_one_finite_loss_per_sample():
+    metric = metrics.get(lambda out, ref, y: np.zeros(3))
+    with pytest.raises(InputError, match="must return 2 finite per-sample losses"):
+        metric.losses(_outputs(np.zeros((2, 2))), _outputs(np.zeros((2, 2))), None)
+
+
+def test_label_metrics_need_labels_and_class_scores():
+    outputs = {"class": np.zeros((3, 10)), "box": np.zeros((3, 4))}
+    with pytest.raises(InputError, match="needs labels"):
+        metrics.get("top1").check(outputs, None)
+    with pytest.raises(InputError, match="choose one with --output"):
+        metrics.get("agreement").check(outputs, None)
+    metrics.get("agreement", output="class").check(outputs, None)
+    with pytest.raises(InputError, match="labels range over"):
+        metrics.get("top1", output="class").check(outputs, np.array([0, 1, 10]))
+
+
+# --- the main job, judged by each metric ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def val():
+    return load_npz(bundled("fmnist_val.npz"))
+
+
+def test_top1_gives_the_same_bytes_and_numbers_as_before_metrics(val):
+    """Recorded with the code before the metrics seam (commit 626f192): the .dsz, every measured
+    point of every layer and the verification's measured drops are unchanged."""
+    recorded = json.loads((FIXTURES / "top1_before_metrics.json").read_text())
+    for key, before in recorded.items():
+        name, n = key.split("-")[:2]
+        x, y = val[0][:int(n)], val[1][:int(n)]
+        result = pipeline.compress(bundled(f"{name}.tflite").read_bytes(), x, y, 0.003, metric="top1")
+        assert hashlib.sha256(result.dsz).hexdigest() == before["sha256"], key
+        assert {k: [[p.bound, p.size, p.loss, p.lost, p.gained] for p in v] for k, v in result.curves.items()} \
+            == before["curves"], key
+        assert [a["measured_loss"] for a in result.attempts if "measured_loss" in a] == before["measured"], key
+
+
+def test_without_labels_a_classifier_is_judged_by_agreement(val):
+    x = val[0][:2000]
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x, None, 0.003)
+    assert result.metric.name == "agreement" and "no labels" in result.metric_reason
+    decoded = container.load(result.dsz).tflite_bytes()
+    (key,) = [d["key"] for d in TFLiteModel(decoded).output_details()]
+    before, after = (runtime.outputs(m, x, [key])[key].argmax(1) for m in (bundled("lenet300.tflite").read_bytes(), decoded))
+    changed = float(np.mean(before != after))
+    assert changed == pytest.approx(result.loss) and changed <= 0.003
+    assert result.ratio > 2
+
+
+@pytest.fixture(scope="module")
+def multitask():
+    """pydsz/data/multitask.tflite (bench/make_multitask_model.py): inputs pixels and stats, outputs
+    class (softmax), box (4 sigmoid) and mask (14x14 sigmoid), trained on Fashion-MNIST."""
+    return bundled("multitask.tflite").read_bytes()
+
+
+def _stats(x):
+    flat = x.reshape(len(x), -1).astype(np.float32)
+    return np.stack([flat.mean(1) / 255, flat.std(1) / 255, (flat > 25).mean(1)], axis=1).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def multitask_data(val):
+    x, y = val[0][:600], val[1][:600]
+    return {"pixels": x, "stats": _stats(x)}, y
+
+
+def test_a_model_of_several_outputs_defaults_to_output_error_and_keeps_the_budget(multitask, multitask_data):
+    x, _ = multitask_data
+    model = TFLiteModel(multitask)
+    assert [d["key"] for d in model.input_details()] == ["pixels", "stats"]
+    assert sorted(d["key"] for d in model.output_details()) == ["box", "class", "mask"]
+    result = pipeline.compress(multitask, x, None, 0.01, layers="all")
+    assert result.metric.name == "output-error"
+    keys = [d["key"] for d in model.output_details()]
+    inputs = [x["pixels"], x["stats"]]  # the interpreter knows its inputs by position (or tensor name)
+    original = runtime.outputs(multitask, inputs, keys)
+    decoded = runtime.outputs(container.load(result.dsz).tflite_bytes(), inputs, keys)
+    n = len(inputs[0])
+    errors = [np.linalg.norm((decoded[k] - original[k]).reshape(n, -1), axis=1)
+              / np.linalg.norm(original[k].reshape(n, -1), axis=1) for k in keys]
+    measured = float(np.mean(np.max(errors, axis=0)))  # the worst output per sample, averaged
+    assert measured == pytest.approx(result.loss, rel=1e-6) and measured <= 0.01
+    assert result.ratio > 2.5 and {l.name for l in result.layers} >= {"conv1", "fc1", "fc5"}
+
+
+def test_one_output_of_several_by_name_with_labels(multitask, multitask_data):
+    x, y = multitask_data
+    result = pipeline.compress(multitask, x, y, 0.01, metric="top1", output="class")
+    assert result.metric.spec == "top1 (output class)"
+    keys = [d["key"] for d in TFLiteModel(multitask).output_details()]
+    scores = runtime.outputs(container.load(result.dsz).tflite_bytes(), [x["pixels"], x["stats"]], keys)["class"]
+    assert float(np.mean(scores.argmax(1) == y)) == pytest.approx(result.after)
+    with pytest.raises(InputError, match="no output 'boxes'"):
+        pipeline.compress(multitask, x, y, metric="output-error", output="boxes")
+
+
+def test_the_tail_and_the_interpreter_agree_on_a_continuous_metric(val):
+    data = bundled("lenet5.tflite").read_bytes()
+    x = val[0][:500]
+    fast = Evaluator(data, x, None, ["fc1", "fc2"], metric="output-error")
+    slow = Evaluator(data, x, None, ["fc1", "fc2"], metric="output-error", use_tail=False)
+    w = {"fc1": np.asarray(TFLiteModel(data).weight("fc1")) * np.float32(1.01)}
+    a, b = fast.measure(w), slow.measure(w)
+    assert fast.fast and not slow.fast and a.loss > 0 and a.loss == pytest.approx(b.loss, rel=1e-4)
+
+
+def test_too_few_samples_for_the_budget_is_said_not_hidden(val):
+    data = bundled("lenet300.tflite").read_bytes()
+    with pytest.raises(InputError, match=r"too few to resolve max-loss 0.003 .* at least \d+ samples"):
+        pipeline.compress(data, val[0][:300], val[1][:300], 0.003)
+    result = pipeline.compress(data, val[0][:1000], val[1][:1000], 0.003)
+    assert any("about 3334 samples would resolve" in w for w in result.warnings)
+
+
+def test_a_user_metric_from_python(multitask, multitask_data):
+    x, _ = multitask_data
+    result = pipeline.compress(multitask, x, None, 0.02, metric=user_losses, layers="fc")
+    assert result.metric.name == "user_losses" and 0 < result.loss <= 0.02
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+
+def dsz(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "pydsz.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, val, multitask_data):
+    d = tmp_path_factory.mktemp("metric_cli")
+    x, y = multitask_data
+    np.savez(d / "positional.npz", x0=x["pixels"], x1=x["stats"], y=y)
+    np.savez(d / "named.npz", pixels=x["pixels"], stats=x["stats"])
+    np.savez(d / "unlabelled.npz", x=val[0][:2000])
+    (d / "empty").mkdir()
+    rgb = d / "rgb"
+    rgb.mkdir()
+    from PIL import Image
+
+    for i in range(3):
+        Image.fromarray(np.repeat(val[0][i][..., None], 3, axis=2)).save(rgb / f"{i}.png")
+    return d
+
+
+def test_cli_compress_and_eval_with_a_metric(files, tmp_path):
+    out = tmp_path / "m.dsz"
+    result = dsz("compress", bundled("multitask.tflite"), "--data", files / "named.npz", "--metric", "output-error",
+                 "--max-loss", "0.02", "-o", out, "--report", tmp_path / "r")
+    assert result.returncode == 0, result.stderr
+    assert "output-error" in result.stdout and "evaluations/s" in result.stdout
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["metric"]["name"] == "output-error" and report["metric"]["measured_loss"] <= 0.02
+    assert report["metric"]["unit"].startswith("relative L2 error")
+    ev = dsz("eval", out, "--data", files / "positional.npz", "--reference", bundled("multitask.tflite"),
+             "--metric", "output-error", "--json")
+    assert ev.returncode == 0, ev.stderr
+    assert json.loads(ev.stdout)["metric"] == "output-error" and 0 < json.loads(ev.stdout)["value"] < 0.1
+
+
+def test_cli_user_metric_as_module_function(files, tmp_path):
+    import os
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "m.dsz"
+    result = dsz("compress", bundled("multitask.tflite"), "--data", files / "named.npz", "--metric",
+                 "test_metrics:user_losses", "--max-loss", "0.02", "-o", out, "--quiet", env=env)
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:4] == container.MAGIC
+
+
+BAD = {
+    "unknown metric": (["--metric", "top2"], "unknown metric 'top2'"),
+    "labels needed": (["--metric", "top1", "--data", "named.npz"], "needs labels"),
+    "no such output": (["--metric", "output-error", "--model-output", "boxes"], "no output 'boxes'"),
+    "wrong channels": (["--model", "lenet5", "--data", "rgb", "--normalize", "0,1"], "colour image"),
+    "empty directory": (["--model", "lenet5", "--data", "empty", "--normalize", "0,1"], "no PNG or JPEG"),
+    "no normalization": (["--model", "lenet5", "--data", "rgb"], "--normalize"),
+    "input names": (["--data", "unlabelled.npz"], "1 input array(s) for a model with 2 inputs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_cli_bad_metric_or_data_is_one_line_and_writes_nothing(files, tmp_path, case):
+    args, words = BAD[case]
+    model = "multitask"
+    if "--model" in args:
+        model = args[args.index("--model") + 1]
+        args = [a for a in args if a not in ("--model", model)]
+    if "--data" not in args:
+        args = [*args, "--data", "positional.npz"]
+    args[args.index("--data") + 1] = files / args[args.index("--data") + 1]
+    out = tmp_path / "m.dsz"
+    result = dsz("compress", bundled(f"{model}.tflite"), *args, "-o", out)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dsz: error: ") and words in lines[0], result.stderr
+    assert not out.exists()
