@@ -185,17 +185,18 @@ class Evaluator:
         losses = self._losses(self._outputs(weights, on_tail), base, weights, on_tail) if weights else base_losses
         self.evaluations += 1
         self.seconds += time.perf_counter() - start
-        return self._measure(losses - base_losses)
+        return self._measure(losses, base_losses)
 
     def measure_model(self, tflite_bytes: bytes) -> Measure:
         """The loss of another model of the same graph (the decoded .dsz) against the original,
         both through the interpreter: what a user would measure."""
         out = runtime.outputs(tflite_bytes, self.x, self.keys, num_threads=self.num_threads)
         base = self.metric.losses(self.outputs, self.outputs, self.y)
-        return self._measure(self.metric.losses(out, self.outputs, self.y) - base)
+        return self._measure(self.metric.losses(out, self.outputs, self.y), base)
 
-    def _measure(self, d: np.ndarray) -> Measure:
-        return Measure(float(np.sum(d)), self.metric.noise(d), int(np.sum(d > 0)), int(np.sum(d < 0)))
+    def _measure(self, losses: np.ndarray, base: np.ndarray) -> Measure:
+        d = losses - base
+        return Measure(float(np.sum(d)), self.metric.noise(losses, base), int(np.sum(d > 0)), int(np.sum(d < 0)))
 
     def _outputs(self, weights: Mapping[str, np.ndarray], on_tail: bool) -> Optional[dict]:
         """The model's outputs with `weights` in place (None where the GPU counts outcomes itself)."""

@@ -301,7 +301,7 @@ def _add_data_arguments(p, data_help: str) -> None:
 
 def _add_metric_arguments(p) -> None:
     p.add_argument("--metric", default=None,
-                   help="what the loss is measured in (default: top1 with labels, agreement without, for classifiers; "
+                   help="what the loss is measured in (default: top1 with labels, expected-top1 without, for classifiers; "
                    "output-error otherwise): " + ", ".join(metrics_names()))
     p.add_argument("--model-output", metavar="NAME", default=None,
                    help="judge only this output of the model (by tensor name, or output<i>)")
@@ -345,7 +345,7 @@ def _add_pipeline_commands(sub) -> None:
                         "label metrics, y; or a directory of PNG/JPEG images")
     _add_metric_arguments(p)
     p.add_argument("--max-loss", type=float, default=None,
-                   help="the largest loss allowed, in the metric's unit: top1/topk/agreement 0.003 = 0.3 points "
+                   help="the largest loss allowed, in the metric's unit: top1/topk/agreement/expected-top1 0.003 = 0.3 points "
                    "(default), output-error 0.01 = 1%% relative error (default), cosine distance (default 0.001), "
                    "psnr: the lowest PSNR in dB (default 40)")
     p.add_argument("--target-ratio", type=float, default=None,

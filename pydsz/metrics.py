@@ -7,7 +7,10 @@ output-error, and so on. The budget bounds the mean over samples of the paired d
 (changed minus original); the decisions keep a noise margin of that mean's standard error.
 
     top1, topk:K        labels needed: is the label the top class (among the top K)?
-    agreement           is the top class the original model's? (no labels: a classifier's default)
+    agreement           is the top class the original model's? (no labels)
+    expected-top1       the top-1 loss to expect without labels, the original model's class
+                        probabilities standing in for the labels (a calibrated classifier's); a
+                        classifier's default without labels
     output-error[:max|:mean]
                         relative L2 error of each output against the original's, per sample; with
                         several outputs the largest (max, default) or their mean (non-classifiers'
@@ -104,12 +107,19 @@ class Metric:
         """What people read for a mean loss (top-1 shows accuracy, psnr dB)."""
         return mean_loss
 
-    def noise(self, d: np.ndarray) -> float:
-        """The standard deviation of sum(d), for paired per-sample differences d (divided by the
+    def noise(self, losses: np.ndarray, base: np.ndarray) -> float:
+        """The standard deviation of the summed paired differences losses - base (divided by the
         number of samples: the standard error of their mean)."""
-        if len(d) < 2:
+        if len(losses) < 2:
             return 0.0
-        return float(np.std(d, ddof=1) * math.sqrt(len(d)))
+        return float(np.std(losses - base, ddof=1) * math.sqrt(len(losses)))
+
+
+def _share(metric: Metric, max_loss: float) -> float:
+    """A budget that is a share of the samples (of accuracy)."""
+    if not (isinstance(max_loss, (int, float)) and 0 <= max_loss < 1):
+        raise InputError(f"max-loss {max_loss}: must be in [0, 1) for {metric.name} (0.003 is 0.3 points)")
+    return float(max_loss)
 
 
 def _check_labels(y, n: int, classes: int) -> None:
@@ -136,13 +146,10 @@ class _Discrete(Metric):
     default_max_loss = 0.003
 
     def budget(self, max_loss: float) -> float:
-        if not (isinstance(max_loss, (int, float)) and 0 <= max_loss < 1):
-            raise InputError(f"max-loss {max_loss}: must be in [0, 1) for {self.name} "
-                             "(0.003 is 0.3 points)")
-        return float(max_loss)
+        return _share(self, max_loss)
 
-    def noise(self, d: np.ndarray) -> float:
-        return math.sqrt(float(np.sum(np.square(d))))
+    def noise(self, losses, base):
+        return math.sqrt(float(np.sum(np.square(losses - base))))
 
 
 class Top1(_Discrete):
@@ -184,6 +191,41 @@ class Agreement(_Discrete):
 
     def value(self, mean_loss):
         return 1.0 - mean_loss
+
+
+class ExpectedTop1(Metric):
+    """The top-1 loss to expect without labels: the original model's class probabilities stand in for
+    the labels' distribution (a calibrated classifier's), so a sample whose prediction moves from
+    class a to class b loses p(a) - p(b) of a correct answer in expectation. Its noise is McNemar's
+    for such labels: the changed samples' outcome differences vary by p(a) + p(b) - (p(a) - p(b))^2.
+    Outputs that are not probabilities (logits) go through a softmax first."""
+
+    name, unit, classifier, default_max_loss = "expected-top1", "expected top-1 accuracy (0.003 = 0.3 points)", True, 0.003
+
+    def losses(self, outputs, reference, y):
+        p = _probabilities(_scores(reference, self))
+        chosen = np.argmax(_scores(outputs, self), axis=1)
+        return 1.0 - p[np.arange(len(chosen)), chosen]
+
+    def budget(self, max_loss: float) -> float:
+        return _share(self, max_loss)
+
+    def noise(self, losses, base):
+        kept, moved = 1.0 - base, 1.0 - losses  # p(a), p(b)
+        changed = losses != base
+        return math.sqrt(float(np.sum((kept + moved - np.square(kept - moved))[changed])))
+
+    def value(self, mean_loss):
+        return 1.0 - mean_loss
+
+
+def _probabilities(scores: np.ndarray) -> np.ndarray:
+    """Rows of class probabilities as they are, or the softmax of rows that are not (logits)."""
+    scores = scores.astype(np.float64)
+    if scores.min() >= 0 and np.allclose(scores.sum(axis=1), 1, atol=1e-3):
+        return scores
+    e = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
 
 
 def _flat(a) -> np.ndarray:
@@ -277,7 +319,7 @@ class UserMetric(Metric):
         return result
 
 
-BUILTIN = ("top1", "topk:K", "agreement", "output-error", "output-error:max", "output-error:mean", "psnr", "cosine")
+BUILTIN = ("top1", "topk:K", "agreement", "expected-top1", "output-error", "output-error:max", "output-error:mean", "psnr", "cosine")
 
 
 def get(spec: Union[str, Metric, Callable], output: Optional[str] = None) -> Metric:
@@ -290,7 +332,7 @@ def get(spec: Union[str, Metric, Callable], output: Optional[str] = None) -> Met
         return UserMetric(spec, output=output)
     if not isinstance(spec, str):
         raise InputError(f"metric {spec!r}: give a name, a Metric or a function")
-    simple = {"top1": Top1, "agreement": Agreement, "psnr": PSNR, "cosine": Cosine}
+    simple = {"top1": Top1, "agreement": Agreement, "expected-top1": ExpectedTop1, "psnr": PSNR, "cosine": Cosine}
     if spec in simple:
         return simple[spec](output=output)
     if spec in ("output-error", "output-error:max", "output-error:mean"):
@@ -315,8 +357,12 @@ def get(spec: Union[str, Metric, Callable], output: Optional[str] = None) -> Met
 
 
 def default(model, has_labels: bool, output: Optional[str] = None) -> tuple[Metric, str]:
-    """The metric to use when none is given, and why: top1 with labels, agreement without, for a
-    model whose (chosen) output is class scores; output-error for any other model."""
+    """The metric to use when none is given, and why: top1 with labels, expected-top1 without, for a
+    model whose (chosen) output is class scores; output-error for any other model.
+
+    Without labels expected-top1 rather than agreement: agreement counts every changed prediction as
+    lost, where top-1 nets the ones that became right against the ones that became wrong, so at the
+    same budget it keeps far larger streams (bench/label_free.py measures both)."""
     outputs = model.output_details()
     chosen = [d for d in outputs if output is None or d["key"] == output]
     if len(chosen) == 1:
@@ -326,5 +372,6 @@ def default(model, has_labels: bool, output: Optional[str] = None) -> tuple[Metr
         if values >= 2 and (producer in ("SOFTMAX", "LOG_SOFTMAX") or (has_labels and len(chosen[0]["shape"]) == 2)):
             if has_labels:
                 return Top1(output), "the data has labels and the model outputs class scores"
-            return Agreement(output), "the data has no labels and the model outputs class scores"
+            return ExpectedTop1(output), ("the data has no labels and the model outputs class scores; "
+                                          "agreement is the stricter choice")
     return OutputError(output=output), "the model's outputs are not class scores"

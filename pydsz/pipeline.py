@@ -192,7 +192,7 @@ def compress(
     x: the inputs (one array, or one per model input); y: integer labels, or None for metrics that
     compare with the original model only. metric: a name (pydsz.metrics), a Metric or a function
     f(outputs, original_outputs, y) -> per-sample losses; None takes metrics.default (top1 with
-    labels, agreement without, output-error for models whose output is not class scores). output:
+    labels, expected-top1 without, output-error for models whose output is not class scores). output:
     restrict the metric to that model output. max_loss: in the metric's unit (None: its default).
     spent: loss an earlier step already spent, in the metric's unit, taken from the budget (e.g.
     pruning's, measured from the unpruned model, so that pruning and compression share one

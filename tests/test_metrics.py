@@ -48,10 +48,27 @@ def test_agreement_needs_no_labels_and_its_noise_is_mcnemars(s, seed):
     agreement = metrics.Agreement()
     assert not agreement.losses(_outputs(s), _outputs(s), None).any()
     d = agreement.losses(_outputs(changed), _outputs(s), None)
-    assert agreement.noise(d) == pytest.approx(math.sqrt(np.sum(d != 0)))
+    assert agreement.noise(d, np.zeros_like(d)) == pytest.approx(math.sqrt(np.sum(d != 0)))
 
 
 # model outputs are float32 (their squares never underflow in float64)
+def test_expected_top1_is_top1_in_expectation_when_labels_follow_the_original_probabilities():
+    rng = np.random.default_rng(7)
+    logits = rng.normal(scale=2, size=(400, 5))
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    changed = logits + rng.normal(scale=1.5, size=logits.shape)
+    metric, top1 = metrics.get("expected-top1"), metrics.get("top1")
+    expected = metric.losses(_outputs(changed), _outputs(p), None)
+    base = metric.losses(_outputs(p), _outputs(p), None)
+    # labels drawn from p: the labelled top-1 differences, many times over
+    draws = np.array([np.sum(top1.losses(_outputs(changed), None, y) - top1.losses(_outputs(p), None, y))
+                      for y in ((rng.random((400, 1)) > p.cumsum(1)).sum(1) for _ in range(3000))])
+    assert np.sum(expected - base) == pytest.approx(draws.mean(), rel=0.05)
+    assert metric.noise(expected, base) == pytest.approx(draws.std(), rel=0.1)
+    # logits and probabilities of the same model give the same losses
+    assert np.allclose(metric.losses(_outputs(changed), _outputs(logits), None), expected)
+
+
 outputs_pair = st.integers(1, 20).flatmap(lambda n: st.tuples(
     hnp.arrays(np.float64, (n, 6), elements=st.floats(-100, 100, allow_nan=False, width=32)),
     hnp.arrays(np.float64, (n, 6), elements=st.floats(-1, 1, allow_nan=False, width=32))))
@@ -101,7 +118,7 @@ def test_cosine_is_zero_for_a_scaled_copy_and_at_most_two():
 
 def test_continuous_noise_is_the_paired_standard_deviation_of_the_sum():
     d = np.array([0.1, 0.3, 0.2, 0.6])
-    assert metrics.get("output-error").noise(d) == pytest.approx(np.std(d, ddof=1) * 2)
+    assert metrics.get("output-error").noise(d + 1, np.ones(4)) == pytest.approx(np.std(d, ddof=1) * 2)
 
 
 def user_losses(outputs, original, y):
@@ -161,10 +178,16 @@ def test_top1_gives_the_same_bytes_and_numbers_as_before_metrics(val):
         assert [a["measured_loss"] for a in result.attempts if "measured_loss" in a] == before["measured"], key
 
 
-def test_without_labels_a_classifier_is_judged_by_agreement(val):
+def test_without_labels_a_classifier_defaults_to_expected_top1(val):
+    model = TFLiteModel(bundled("lenet300.tflite").read_bytes())
+    metric, reason = metrics.default(model, has_labels=False)
+    assert metric.name == "expected-top1" and "no labels" in reason
+    assert metrics.default(model, has_labels=True)[0].name == "top1"
+
+
+def test_agreement_keeps_every_prediction_within_the_budget(val):
     x = val[0][:2000]
-    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x, None, 0.003)
-    assert result.metric.name == "agreement" and "no labels" in result.metric_reason
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x, None, 0.003, metric="agreement")
     decoded = container.load(result.dsz).tflite_bytes()
     (key,) = [d["key"] for d in TFLiteModel(decoded).output_details()]
     before, after = (runtime.outputs(m, x, [key])[key].argmax(1) for m in (bundled("lenet300.tflite").read_bytes(), decoded))
