@@ -57,6 +57,7 @@ class Metric:
     discrete = False
     classifier = False
     default_max_loss = 0.01
+    quadrature = False  # the losses of several layers' changes add in quadrature (L2 errors), not linearly
 
     def __init__(self, output: Optional[str] = None):
         self.output = output
@@ -242,12 +243,16 @@ def _per_output(metric: Metric, outputs: Outputs, reference: Outputs, score, red
 
 
 class OutputError(Metric):
-    """||changed - original|| / ||original|| per sample and output. A sample whose original output is
+    """||changed - original|| / ||original|| per sample and output. Several layers' errors are
+    independent perturbations of the outputs, so they add in quadrature (measured: at 1% the plan
+    then spends 0.90-0.97% where adding them linearly spent 0.50-0.79%, for 4-12% higher ratios on
+    lenet300, lenet5 and multitask). A sample whose original output is
     (nearly) zero is measured against a thousandth of the output's typical (RMS) norm instead, so
     that an empty mask does not divide by zero; an output that is zero on every sample has no scale
     and counts its absolute L2 error."""
 
     unit = "relative L2 error of the outputs (0.01 = 1%)"
+    quadrature = True
 
     def __init__(self, reduce: str = "max", output: Optional[str] = None):
         super().__init__(output)

@@ -123,9 +123,13 @@ def expected_losses(points: list[Point], margin: float) -> list[float]:
 
 
 def _plan(table: dict[str, list[Point]], n: int, allowed: float, max_size: Optional[int],
-          margin: float, discrete: bool) -> Optional[Plan]:
+          margin: float, metric: metrics.Metric) -> Optional[Plan]:
     expected = {name: expected_losses(pts, margin) for name, pts in table.items()}
-    unit = loss_unit(n, discrete, allowed if max_size is None else sum(max(e) for e in expected.values()))
+    if metric.quadrature:
+        # the layers' errors are independent perturbations of the outputs: they add in quadrature
+        expected = {name: [e * e / n for e in losses] for name, losses in expected.items()}
+        allowed = allowed * allowed / n
+    unit = loss_unit(n, metric.discrete, allowed if max_size is None else sum(max(e) for e in expected.values()))
     options = {name: [Option(p.bound, p.size, loss / n) for p, loss in zip(pts, expected[name])]
                for name, pts in table.items()}
     if max_size is not None:
@@ -226,7 +230,7 @@ def compress(
     if target_ratio is not None:
         max_size = int(sum(l.nbytes for l in chosen) / target_ratio)
 
-    plan = _plan(table, n, allowed, max_size, margin, metric.discrete)
+    plan = _plan(table, n, allowed, max_size, margin, metric)
     # nothing fits (a target ratio beyond the grid): every layer lossless
     bounds = {name: plan.choice[name].bound if plan else 0.0 for name in names}
     decoded = _Decoded(model)

@@ -244,6 +244,19 @@ def test_one_output_of_several_by_name_with_labels(multitask, multitask_data):
         pipeline.compress(multitask, x, y, metric="output-error", output="boxes")
 
 
+def test_output_errors_of_several_layers_are_planned_in_quadrature():
+    from pydsz.assess import Point
+
+    # two layers whose larger bound costs 0.6 of the budget each: 0.6 + 0.6 > 1, 0.36 + 0.36 <= 1
+    n, allowed = 100, 0.01 * 100
+    table = {name: [Point(name, 0.0, 1000, 1000, 0, 0.0), Point(name, 0.1, 100, 100, 0, 0.6 * allowed)]
+             for name in ("a", "b")}
+    both = pipeline._plan(table, n, allowed, None, 0.0, metrics.get("output-error"))
+    assert {name: o.bound for name, o in both.choice.items()} == {"a": 0.1, "b": 0.1}
+    one = pipeline._plan(table, n, allowed, None, 0.0, metrics.get("cosine"))
+    assert sorted(o.bound for o in one.choice.values()) == [0.0, 0.1]
+
+
 def test_the_tail_and_the_interpreter_agree_on_a_continuous_metric(val):
     data = bundled("lenet5.tflite").read_bytes()
     x = val[0][:500]
