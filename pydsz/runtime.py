@@ -131,12 +131,20 @@ def fit_inputs(details, x, source: str = "x") -> list:
     return fitted
 
 
-def _run_batches(interpreter, x, batch_size: int, read):
-    """Feed x (see fit_inputs) to the inputs in batches; collect read(interpreter) per batch, in order."""
+def _run_batches(interpreter, x, batch_size: int, read) -> list:
+    """Feed x (see fit_inputs) to the inputs in batches; collect read(interpreter), a list of arrays
+    with one row per sample of the batch, for each batch in order.
+
+    A model whose inputs declare a fixed batch (shape_signature without -1) runs one sample at a
+    time; so does one whose graph turns out to hard-code a batch of 1 (an invoke that fails, or an
+    output that does not hold a row per sample, e.g. behind a RESHAPE to [1, n]).
+    """
     details = interpreter.get_input_details()
     arrays = fit_inputs(details, x)
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    if any(len(d.get("shape_signature", ())) and d["shape_signature"][0] != -1 for d in details):
+        batch_size = 1
     n = arrays[0].shape[0]
     results = []
     rows = None  # the batch size the interpreter is allocated for (None: not yet allocated here)
@@ -153,13 +161,17 @@ def _run_batches(interpreter, x, batch_size: int, read):
             for d, batch in zip(details, batches):
                 interpreter.set_tensor(d["index"], batch)
             interpreter.invoke()
+            values = read(interpreter)
+            if any(v.ndim == 0 or v.shape[0] != size for v in values):
+                raise ValueError("an output does not hold one row per sample of the batch")
+        except InputError:
+            raise
         except (RuntimeError, ValueError) as exc:
             if batch_size == 1:
                 raise DszError(f"the TFLite interpreter failed on sample {start}: {exc}") from exc
-            # some graphs hard-code a batch of 1 (e.g. a RESHAPE to [1, n]): go one sample at a time
             batch_size, rows = 1, None
             continue
-        results.append(read(interpreter))
+        results.append(values)
         start += size
     return results
 
@@ -171,8 +183,7 @@ def outputs(model, x, keys, batch_size: int = DEFAULT_BATCH, num_threads: Option
     details = interpreter.get_output_details()
     if len(keys) != len(details):
         raise InputError(f"{len(keys)} output names for a model of {len(details)} outputs")
-    parts = _run_batches(interpreter, x, batch_size,
-                         lambda it: [it.get_tensor(d["index"]).copy() for d in details])
+    parts = _run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(d["index"]).copy() for d in details])
     return {key: np.concatenate([p[i] for p in parts], axis=0) for i, key in enumerate(keys)}
 
 
@@ -188,8 +199,8 @@ def predict(model, x, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int
     if not 0 <= output < len(outputs):
         raise InputError(f"output {output} out of range: the model has {len(outputs)} output(s)")
     index = outputs[output]["index"]
-    parts = _run_batches(interpreter, x, batch_size, lambda it: it.get_tensor(index).copy())
-    return np.concatenate(parts, axis=0)
+    parts = _run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(index).copy()])
+    return np.concatenate([p[0] for p in parts], axis=0)
 
 
 def top1(scores: np.ndarray, y) -> float:
@@ -233,6 +244,6 @@ def capture(model, x, tensor_index: int, batch_size: int = DEFAULT_BATCH,
         rows = it.get_input_details()[0]["shape"][0]
         if values.ndim == 0 or values.shape[0] != rows:
             raise InputError(f"tensor {tensor_index} of shape {values.shape} has no batch axis to capture")
-        return values.copy()
+        return [values.copy()]
 
-    return np.concatenate(_run_batches(interpreter, x, batch_size, read), axis=0)
+    return np.concatenate([p[0] for p in _run_batches(interpreter, x, batch_size, read)], axis=0)

@@ -116,6 +116,20 @@ def test_predict_falls_back_to_one_sample_for_a_fixed_batch():
     np.testing.assert_allclose(runtime.predict(data, x, batch_size=4), x.reshape(10, 4) @ w.T, rtol=1e-5, atol=1e-6)
 
 
+def test_an_output_without_a_row_per_sample_falls_back_to_one_sample():
+    # a STRIDED_SLICE ending at row 1 hard-codes a batch of 1 without failing: a batch of 4 gives one row
+    i32 = {"type": tflite.TensorType.INT32}
+    data = build_tflite(
+        tensors=[{"shape": [1, 4]}, {"shape": [2], "data": np.array([0, 0], np.int32).tobytes(), **i32},
+                 {"shape": [2], "data": np.array([1, 4], np.int32).tobytes(), **i32},
+                 {"shape": [2], "data": np.array([1, 1], np.int32).tobytes(), **i32}, {"shape": [1, 4]}],
+        ops=[("STRIDED_SLICE", [0, 1, 2, 3], [4])], inputs=[0], outputs=[4])
+    x = f32((10, 4), 2)
+    np.testing.assert_array_equal(runtime.predict(data, x, batch_size=4), x)
+    keys = [d["key"] for d in TFLiteModel(data).output_details()]
+    np.testing.assert_array_equal(runtime.outputs(data, x, keys, batch_size=4)[keys[0]], x)
+
+
 def test_predict_shape_mismatch_message(lenet300):
     with pytest.raises(InputError, match=r"x has samples of shape \(32, 32, 3\) \(3072 values\) "
                                          r"but the model takes \(784,\)"):
