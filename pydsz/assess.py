@@ -13,8 +13,8 @@ original model's outputs are computed once.
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass
+import uuid
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -99,6 +99,25 @@ def encode_weight(w: np.ndarray, bound: float,
     return decoded, len(stream), int(info["data_bytes"]), int(info["index_bytes"])
 
 
+@dataclass(frozen=True)
+class EvaluatorState:
+    """What builds an Evaluator, to send to other processes (pydsz.executor): pickles whole."""
+
+    tflite: bytes
+    x: object
+    y: object
+    layer_names: tuple
+    metric: object
+    num_threads: Optional[int]
+    use_tail: bool
+    device: str
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)  # names this state on the workers
+
+    def build(self) -> "Evaluator":
+        return Evaluator(self.tflite, self.x, self.y, self.layer_names, self.metric, self.num_threads,
+                         self.use_tail, self.device)
+
+
 class Evaluator:
     """The metric's per-sample losses on a data set with some layers' weights replaced.
 
@@ -110,7 +129,7 @@ class Evaluator:
 
     device "gpu" runs the tail on the GPU (pydsz.gpu.evaluate) for top1 and agreement when it holds
     only ops the GPU path runs; otherwise the tail stays in numpy and `cpu_reason` says why.
-    `device` is what runs the tail. evaluations and seconds count the work done.
+    `device` is what runs the tail.
     """
 
     def __init__(self, tflite_bytes: bytes, x, y, layer_names: Sequence[str],
@@ -120,12 +139,12 @@ class Evaluator:
 
         self.model = TFLiteModel(tflite_bytes)
         self.bytes = bytes(tflite_bytes)
+        self.layer_names, self.use_tail = tuple(layer_names), use_tail
         # by position from here on: the interpreter knows the inputs by tensor name only
         self.x = runtime.fit_inputs(self.model.input_details(), x)
         self.y = None if y is None else np.asarray(y)
         self.metric = metrics.get(metric)
         self.num_threads = num_threads
-        self.evaluations, self.seconds = 0, 0.0
         self.keys = [d["key"] for d in self.model.output_details()]
         self.outputs = runtime.outputs(self.bytes, self.x, self.keys, num_threads=num_threads)  # the original's, once
         self.metric.check(self.outputs, self.y)
@@ -136,11 +155,28 @@ class Evaluator:
         if self.tail:
             self._tail_output = self.keys[list(self.model.outputs).index(self.tail.output_tensor)]
         self._baseline: dict[bool, tuple] = {}
+        self._decoded: dict[tuple, np.ndarray] = {}
         self.device, self.cpu_reason, self._gpu = "cpu", None, None
         if device == "gpu":
             self._use_gpu()
         elif device != "cpu":
             raise InputError(f"device must be cpu or gpu here, not {device!r}")
+
+    def state(self) -> EvaluatorState:
+        """This Evaluator's making, for another process to build the same one."""
+        return EvaluatorState(self.bytes, self.x, self.y, self.layer_names, self.metric, self.num_threads,
+                              self.use_tail, self.device)
+
+    def weights_at(self, bounds: Mapping[str, float]) -> dict:
+        """{layer: its weights as decoded at its bound} for the layers of non-zero bound; each
+        (layer, bound) encoded once."""
+        out = {}
+        for name, bound in bounds.items():
+            if bound > 0:
+                if (name, bound) not in self._decoded:
+                    self._decoded[name, bound] = encode_weight(self.model.weight(name), bound)[0]
+                out[name] = self._decoded[name, bound]
+        return out
 
     @property
     def samples(self) -> int:
@@ -176,15 +212,12 @@ class Evaluator:
 
     def measure(self, weights: Mapping[str, np.ndarray]) -> Measure:
         """The loss with `weights` ({layer name: array}) in place, against the same path's baseline."""
-        start = time.perf_counter()
         on_tail = self._on_tail(weights)
         if on_tail not in self._baseline:
             base = self._outputs({}, on_tail)
             self._baseline[on_tail] = base, self._losses(base, base, {}, on_tail)
         base, base_losses = self._baseline[on_tail]
         losses = self._losses(self._outputs(weights, on_tail), base, weights, on_tail) if weights else base_losses
-        self.evaluations += 1
-        self.seconds += time.perf_counter() - start
         return self._measure(losses, base_losses)
 
     def measure_model(self, tflite_bytes: bytes) -> Measure:
@@ -275,20 +308,25 @@ def assess_layer(
     return sorted(points, key=lambda p: p.bound)
 
 
-def assess(
-    evaluator: Evaluator,
-    model: TFLiteModel,
-    layer_names: Sequence[str],
-    budget: float,
-    progress: bool = False,
-) -> dict[str, list[Point]]:
-    """assess_layer for every named layer, with a progress bar."""
+def assess_one(evaluator: Evaluator, name: str, budget: float) -> list[Point]:
+    """assess_layer for one of the evaluator's model's layers (an executor's task)."""
+    return assess_layer(evaluator, name, np.asarray(evaluator.model.weight(name)), budget)
+
+
+def assess(evaluator: Evaluator, layer_names: Sequence[str], budget: float, progress: bool = False,
+           executor=None) -> dict[str, list[Point]]:
+    """assess_layer for every named layer, on `executor` (pydsz.executor; default: this process),
+    with a progress bar."""
     from tqdm import tqdm
 
-    table = {}
-    with tqdm(desc="assess", unit="eval", disable=not progress, leave=False) as bar:
-        for name in layer_names:
-            bar.set_postfix_str(name)
-            table[name] = assess_layer(evaluator, name, np.asarray(model.weight(name)), budget,
-                                       on_point=lambda p: bar.update())
-    return table
+    from pydsz.executor import Local
+
+    executor = executor or Local()
+    executor.start(evaluator)
+    with tqdm(total=len(layer_names), desc="assess", unit="layer", disable=not progress, leave=False) as bar:
+        def done(points):
+            bar.set_postfix_str(f"{points[0].layer}: {len(points)} evaluations")
+            bar.update()
+
+        results = executor.map(assess_one, [(name, budget) for name in layer_names], on_result=done)
+    return dict(zip(layer_names, results))

@@ -174,15 +174,22 @@ def _print_device(result, quiet: bool) -> None:
 
 def cmd_compress(args) -> None:
     from .container import write_atomic
+    from .executor import Local, make as make_executor
     from .pipeline import compress
     from .report import write_report
 
     device = _device(args)
     model = load_tflite(args.model)
     x, y = _data(args, model)
-    result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
-                      target_ratio=args.target_ratio, layers=args.layers, margin=args.margin, progress=not args.quiet,
-                      num_threads=args.num_threads, device=device)
+    executor = make_executor(args.cluster, args.workers)
+    try:
+        if not args.quiet and not isinstance(executor, Local):
+            print(f"evaluating on {executor.description}", flush=True)
+        result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
+                          target_ratio=args.target_ratio, layers=args.layers, margin=args.margin,
+                          progress=not args.quiet, num_threads=args.num_threads, device=device, executor=executor)
+    finally:
+        executor.close()
     write_atomic(args.output, result.dsz)
     if args.report:
         write_report(result, args.report)
@@ -356,6 +363,13 @@ def _add_pipeline_commands(sub) -> None:
                    help="standard deviations of the data's noise kept in hand when choosing bounds "
                    "(default 1; 0 trusts the measured losses as they are and overfits the data)")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, default=None,
+                       help="spread the evaluations over a local Dask cluster of this many processes "
+                       "(pip install pydsz[distributed]); the result is the same")
+    where.add_argument("--cluster", metavar="ADDRESS", default=None,
+                       help="spread the evaluations over the Dask cluster whose scheduler is at ADDRESS "
+                       "(tcp://host:8786; see doc/distributed.md)")
     _add_device_argument(p)
     _add_output_arguments(p, "output .dsz file")
     p.set_defaults(func=cmd_compress)

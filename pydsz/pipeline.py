@@ -13,13 +13,15 @@ samples), as assess measures them; the Result reports means, in the metric's uni
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
 import numpy as np
 
 from pydsz import container, metrics, runtime
-from pydsz.assess import Evaluator, Point, assess, compressible_layers, encode_weight
+from pydsz.assess import Evaluator, Point, assess, compressible_layers
+from pydsz.executor import Local
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
 from pydsz.optimize import Option, Plan, loss_unit, minimize_loss, minimize_size
@@ -190,6 +192,7 @@ def compress(
     progress: bool = False,
     num_threads: Optional[int] = None,
     device: str = "cpu",
+    executor=None,
 ) -> Result:
     """The smallest .dsz of a model whose loss in `metric` on (x, y) is at most `max_loss`.
 
@@ -205,6 +208,8 @@ def compress(
     keeps in hand (0 takes the measured losses at face value, which overfits the data: the chosen
     bounds then lose more on unseen data). The final measured loss is within the budget either way.
     device: "cpu" or "gpu" (pydsz.gpu.device.resolve), where the assessment runs the FC tail.
+    executor: where the assessment's and verification's evaluations run (pydsz.executor: Local, the
+    default, or Dask); the results are the same.
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
@@ -225,7 +230,9 @@ def compress(
     before = metric.value(base)
     allowed = allowed_loss(metric, max_loss, n, spent)
 
-    table = assess(evaluator, model, names, allowed, progress=progress)
+    executor = executor or Local()
+    start = time.perf_counter()
+    table = assess(evaluator, names, allowed, progress=progress, executor=executor)
     max_size = None
     if target_ratio is not None:
         max_size = int(sum(l.nbytes for l in chosen) / target_ratio)
@@ -233,48 +240,36 @@ def compress(
     plan = _plan(table, n, allowed, max_size, margin, metric)
     # nothing fits (a target ratio beyond the grid): every layer lossless
     bounds = {name: plan.choice[name].bound if plan else 0.0 for name in names}
-    decoded = _Decoded(model)
     attempts: list[dict] = []
+    trials = 0  # evaluations of the verification's tightening steps
     slack = 0.0  # loss the interpreter measured beyond the fast path's (float rounding)
     while True:
-        m = evaluator.measure(decoded.weights(bounds))
+        m = evaluator.measure(evaluator.weights_at(bounds))
         attempt = {"bounds": dict(bounds), "predicted": _predicted(table, bounds, margin), "loss": m.loss,
                    "risk": m.risk(margin), "size": _size(table, bounds)}
         attempts.append(attempt)
         lossless = not any(bounds.values())
         if m.risk(margin) + slack > allowed and max_size is None and not lossless:
-            bounds = _tighten(evaluator, decoded, table, bounds, allowed - slack, m.risk(margin), margin)
+            bounds, tried = _tighten(executor, table, bounds, allowed - slack, m.risk(margin), margin)
+            trials += tried
             continue
         dsz = container.pack_model(data, bounds, layers=layers)
         attempt["measured_loss"] = measured = evaluator.measure_model(container.load(dsz).tflite_bytes()).loss
         if measured <= allowed or max_size is not None or lossless:
             break
         slack = max(slack, measured - m.loss)
+    seconds = time.perf_counter() - start
 
     return Result(
         dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n, metric=metric,
         before=before, after=metric.value(base + measured / n), loss=measured / n, max_loss=max_loss,
         allowed=allowed, model_bytes=len(data), spent=spent, margin=margin, attempts=attempts,
         fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
-        evaluations=evaluator.evaluations, evaluation_seconds=evaluator.seconds, metric_reason=reason,
+        evaluations=(sum(len(points) for points in table.values()) + trials + len(attempts)
+                     + sum("measured_loss" in a for a in attempts)),
+        evaluation_seconds=seconds, metric_reason=reason,
         warnings=warnings,
     )
-
-
-class _Decoded:
-    """Each layer's weights as decoded at a bound, computed once."""
-
-    def __init__(self, model: TFLiteModel):
-        self.model, self.cache = model, {}
-
-    def weights(self, bounds: dict) -> dict:
-        out = {}
-        for name, bound in bounds.items():
-            if bound > 0:
-                if (name, bound) not in self.cache:
-                    self.cache[name, bound] = encode_weight(self.model.weight(name), bound)[0]
-                out[name] = self.cache[name, bound]
-        return out
 
 
 def _point(table: dict, name: str, bound: float) -> Point:
@@ -294,28 +289,30 @@ def _predicted(table: dict, bounds: dict, margin: float) -> float:
     return total
 
 
-def _tighten(evaluator: Evaluator, decoded: _Decoded, table: dict, bounds: dict, allowed: float, risk: float,
-             margin: float) -> dict:
-    """One greedy step down: move one layer to its next smaller measured bound.
+def trial_risk(evaluator: Evaluator, bounds: dict, margin: float) -> float:
+    """The risk (loss plus noise margin) of all layers compressed together at `bounds` (an executor's task)."""
+    return evaluator.measure(evaluator.weights_at(bounds)).risk(margin)
+
+
+def _tighten(executor, table: dict, bounds: dict, allowed: float, risk: float, margin: float) -> tuple[dict, int]:
+    """One greedy step down: move one layer to its next smaller measured bound; (new bounds, trials).
 
     Every layer's step is measured with all layers compressed together. If some step brings the
     risk (loss plus noise margin) within `allowed`, the one giving the smallest total size wins;
     otherwise the one that removes the most risk per added byte. Bound 0 (lossless) is the last
     step of every layer, so repeated steps always end within budget.
     """
-    trials = []
+    steps = []
     for name, bound in bounds.items():
         smaller = [p.bound for p in table[name] if p.bound < bound]
-        if not smaller:
-            continue
-        trial = {**bounds, name: max(smaller)}
-        trial_risk = evaluator.measure(decoded.weights(trial)).risk(margin)
-        added = _size(table, trial) - _size(table, bounds)
-        trials.append((trial, trial_risk, added))
+        if smaller:
+            steps.append({**bounds, name: max(smaller)})
+    risks = executor.map(trial_risk, [(trial, margin) for trial in steps])
+    trials = [(trial, trial_risk, _size(table, trial) - _size(table, bounds)) for trial, trial_risk in zip(steps, risks)]
     fitting = [t for t in trials if t[1] <= allowed]
     if fitting:
-        return min(fitting, key=lambda t: t[2])[0]
-    return max(trials, key=lambda t: ((risk - t[1]) / max(1, t[2]), -t[2]))[0]
+        return min(fitting, key=lambda t: t[2])[0], len(trials)
+    return max(trials, key=lambda t: ((risk - t[1]) / max(1, t[2]), -t[2]))[0], len(trials)
 
 
 def _layer_results(model: TFLiteModel, chosen: list, bounds: dict, table: dict, n: int) -> list[LayerResult]:

@@ -1,0 +1,117 @@
+"""The assessment on a real Dask cluster (LocalCluster, worker processes): the same result as in
+process, a worker that dies mid-assessment, a scheduler that cannot be reached."""
+
+import hashlib
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pydsz import executor, metrics, pipeline
+from pydsz.data import bundled, load_npz
+from pydsz.errors import InputError
+
+pytest.importorskip("distributed")
+
+KILL_MARKER = "DSZ_TEST_KILL_MARKER"
+
+
+@pytest.fixture(scope="module")
+def val():
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    return x[:1000], y[:1000]
+
+
+@pytest.fixture(scope="module")
+def local(val):
+    return pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, 0.003, metric="top1")
+
+
+def _same(a, b):
+    assert hashlib.sha256(a.dsz).digest() == hashlib.sha256(b.dsz).digest()
+    assert a.curves == b.curves and a.attempts == b.attempts
+
+
+def test_a_local_dask_cluster_gives_the_same_points_bounds_and_bytes(val, local):
+    cluster = executor.Dask(workers=2)
+    try:
+        _same(pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, 0.003, metric="top1",
+                                executor=cluster), local)
+    finally:
+        cluster.close()
+
+
+class Top1KillingAWorkerOnce(metrics.Top1):
+    """top-1; but the first worker process to compute it dies on the spot (never the test's own
+    process), as a machine of a cluster may."""
+
+    def losses(self, outputs, reference, y):
+        marker = Path(os.environ[KILL_MARKER])
+        if multiprocessing.parent_process() is not None and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os._exit(1)
+        return super().losses(outputs, reference, y)
+
+
+def test_a_worker_that_dies_mid_assessment_changes_nothing(val, local, tmp_path, monkeypatch):
+    marker = tmp_path / "killed"
+    monkeypatch.setenv(KILL_MARKER, str(marker))  # the workers inherit it
+    cluster = executor.Dask(workers=2)
+    try:
+        result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, 0.003,
+                                   metric=Top1KillingAWorkerOnce(), executor=cluster)
+    finally:
+        cluster.close()
+    assert marker.exists(), "no worker was killed"
+    _same(result, local)
+
+
+def test_an_unreachable_scheduler_is_an_input_error(monkeypatch):
+    monkeypatch.setattr(executor, "CONNECT_TIMEOUT", 2)
+    with pytest.raises(InputError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
+        executor.Dask(address="tcp://127.0.0.1:9")
+
+
+class LossesUnderALock:
+    """A metric function holding what no pickler can send (a lock)."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, outputs, original, y):
+        return np.zeros(len(next(iter(original.values()))))
+
+
+def test_a_metric_that_cannot_travel_is_an_input_error(val):
+    cluster = executor.Dask(workers=1)
+    try:
+        with pytest.raises(InputError, match="cannot be sent to the Dask workers"):
+            pipeline.compress(bundled("lenet300.tflite").read_bytes(), val[0], None, 0.01,
+                              metric=LossesUnderALock(), executor=cluster)
+    finally:
+        cluster.close()
+
+
+def _dsz(*args):
+    return subprocess.run([sys.executable, "-m", "pydsz.cli", *map(str, args)], capture_output=True, text=True)
+
+
+def test_cli_workers_and_cluster(val, local, tmp_path):
+    data = tmp_path / "val.npz"
+    np.savez(data, x=val[0], y=val[1])
+    out = tmp_path / "m.dsz"
+    result = _dsz("compress", bundled("lenet300.tflite"), "--data", data, "--workers", "2", "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "local Dask cluster of 2 worker" in result.stdout
+    assert out.read_bytes() == local.dsz
+    bad = _dsz("compress", bundled("lenet300.tflite"), "--data", data, "--cluster", "tcp://127.0.0.1:9",
+               "-o", tmp_path / "n.dsz")
+    lines = bad.stderr.strip().splitlines()
+    assert bad.returncode == 1 and len(lines) == 1 and "cannot reach the Dask scheduler" in lines[0], bad.stderr
+    assert not (tmp_path / "n.dsz").exists()
