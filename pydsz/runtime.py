@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import warnings
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional
 
 import numpy as np
 
