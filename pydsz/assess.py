@@ -156,6 +156,7 @@ class Evaluator:
             self._tail_output = self.keys[list(self.model.outputs).index(self.tail.output_tensor)]
         self._baseline: dict[bool, tuple] = {}
         self._decoded: dict[tuple, np.ndarray] = {}
+        self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
         self.device, self.cpu_reason, self._gpu = "cpu", None, None
         if device == "gpu":
             self._use_gpu()
@@ -236,7 +237,11 @@ class Evaluator:
         if on_tail and self._gpu is not None:
             return None
         if on_tail:
-            out = self.tail.forward(self.h, weights=dict(weights))
+            # only the layers from the first changed one on are recomputed
+            first = next((name for name in self.tail.layers if name in weights), self.tail.layers[0])
+            if first not in self._inputs:
+                self._inputs[first] = self.h if first == self.tail.layers[0] else self.tail.input_of(self.h, first)
+            out = self.tail.forward_from(first, self._inputs[first], weights=dict(weights))
             return {**self.outputs, self._tail_output: out.reshape(self.outputs[self._tail_output].shape)}
         if not weights:
             return self.outputs

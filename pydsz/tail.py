@@ -215,6 +215,15 @@ class Tail:
         """
         return self._forward(h, weights, chunk, stop=None)
 
+    def forward_from(self, layer: str, v, weights: Optional[Mapping[str, np.ndarray]] = None,
+                     chunk: Optional[int] = None) -> np.ndarray:
+        """The model output from v, the activations that reach FC layer `layer` (input_of's), through
+        that layer and the rest: what forward gives when only `layer` and later ones change,
+        without recomputing the layers before (the same chunks, so the same numbers)."""
+        if layer not in self.weights:
+            raise InputError(f"no layer {layer!r} in the tail (layers: {', '.join(self.layers)})")
+        return self._forward(v, weights, chunk, stop=None, start=layer)
+
     def input_of(self, h, layer: str, weights: Optional[Mapping[str, np.ndarray]] = None,
                  chunk: Optional[int] = None) -> np.ndarray:
         """The activations that reach FC layer `layer` of the tail, for h.
@@ -226,11 +235,13 @@ class Tail:
             raise InputError(f"no layer {layer!r} in the tail (layers: {', '.join(self.layers)})")
         return self._forward(h, weights, chunk, stop=layer)
 
-    def _forward(self, h, weights, chunk, stop) -> np.ndarray:
+    def _forward(self, h, weights, chunk, stop, start=None) -> np.ndarray:
         h = np.asarray(h)
         want = int(np.prod(self.input_shape))
-        if h.ndim < 1 or int(np.prod(h.shape[1:])) != want:
-            raise InputError(f"h has samples of shape {h.shape[1:]} but the tail takes {self.input_shape}")
+        shape = self.input_shape if start is None else h.shape[1:]
+        takes = want if start is None else self.weights[start].shape[1]
+        if h.ndim < 1 or int(np.prod(h.shape[1:])) != takes:
+            raise InputError(f"h has samples of shape {h.shape[1:]} but the tail takes {shape if start is None else takes}")
         if chunk is None:
             widest = max([want] + [int(np.prod(step.shape)) for step in self.steps])
             chunk = max(1, CHUNK_VALUES // widest)
@@ -244,15 +255,16 @@ class Tail:
             if w.shape != self.weights[name].shape:
                 raise InputError(f"weights for {name}: shape {w.shape} instead of {self.weights[name].shape}")
             matrices[name] = w
-        parts = [self._run(np.asarray(h[i:i + chunk], np.float32).reshape((-1,) + self.input_shape), matrices, stop)
+        parts = [self._run(np.asarray(h[i:i + chunk], np.float32).reshape((-1,) + shape), matrices, stop, start)
                  for i in range(0, h.shape[0], chunk)]
         if not parts:
-            parts = [self._run(np.zeros((0,) + self.input_shape, np.float32), matrices, stop)]
+            parts = [self._run(np.zeros((0,) + shape, np.float32), matrices, stop, start)]
         return np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
 
-    def _run(self, v: np.ndarray, matrices: dict, stop: Optional[str]) -> np.ndarray:
+    def _run(self, v: np.ndarray, matrices: dict, stop: Optional[str], start: Optional[str] = None) -> np.ndarray:
         n = v.shape[0]
-        for step in self.steps:
+        steps = self.steps if start is None else self.steps[next(i for i, s in enumerate(self.steps) if s.name == start):]
+        for step in steps:
             if step.kind == "fc":
                 if step.name == stop:
                     return np.array(v, np.float32)  # a copy: never a view of the caller's h

@@ -107,6 +107,18 @@ def test_input_of_a_later_layer_feeds_its_own_tail(lenet300, test_set):
     np.testing.assert_allclose(later.forward(h3, weights={"fc3": w}), full.forward(h, weights={"fc3": w}), atol=1e-6)
 
 
+@pytest.mark.parametrize("layer", ["fc1", "fc2", "fc3"])
+def test_forward_from_a_layer_gives_forwards_numbers_exactly(lenet300, test_set, layer):
+    tail = Tail.from_model(lenet300, "fc1")
+    h = runtime.capture(lenet300.data, test_set[0][:700], tail.input_tensor)
+    later = {name: tail.weights[name] * np.float32(0.9) for name in tail.layers[tail.layers.index(layer):]}
+    for chunk in (None, 256):
+        np.testing.assert_array_equal(tail.forward_from(layer, tail.input_of(h, layer, chunk=chunk), later, chunk=chunk),
+                                      tail.forward(h, later, chunk=chunk))
+    with pytest.raises(InputError, match="but the tail takes"):
+        tail.forward_from("fc2", h)
+
+
 def test_input_of_the_first_layer_is_a_copy_of_h(lenet300):
     tail = Tail.from_model(lenet300, "fc2")
     h = np.ones((3, 300), np.float32)
