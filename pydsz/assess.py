@@ -216,9 +216,9 @@ class Evaluator:
         on_tail = self._on_tail(weights)
         if on_tail not in self._baseline:
             base = self._outputs({}, on_tail)
-            self._baseline[on_tail] = base, self._losses(base, base, {}, on_tail)
+            self._baseline[on_tail] = base, self._losses(base, base, {})
         base, base_losses = self._baseline[on_tail]
-        losses = self._losses(self._outputs(weights, on_tail), base, weights, on_tail) if weights else base_losses
+        losses = self._losses(self._outputs(weights, on_tail), base, weights) if weights else base_losses
         return self._measure(losses, base_losses)
 
     def measure_model(self, tflite_bytes: bytes) -> Measure:
@@ -247,7 +247,8 @@ class Evaluator:
             return self.outputs
         return runtime.outputs(self.model.replace(dict(weights)), self.x, self.keys, num_threads=self.num_threads)
 
-    def _losses(self, outputs: Optional[dict], reference: Optional[dict], weights, on_tail: bool) -> np.ndarray:
+    def _losses(self, outputs: Optional[dict], reference: Optional[dict], weights) -> np.ndarray:
+        """The metric's per-sample losses of outputs; top-1 outcomes from the GPU where outputs is None."""
         if outputs is None:
             return (~self._gpu.hits(weights)).astype(np.float64)
         return self.metric.losses(outputs, reference, self.y)
