@@ -1,0 +1,130 @@
+"""float16, int8 and uint8 values through the codecs: the bound holds in the stored dtype."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from pydsz import codec
+from pydsz.errors import FormatError
+
+# float16's edges: the largest finite values, the smallest normal and subnormal ones, signed
+# zeros, infinities and NaNs with payloads (as bit patterns)
+F16_EDGES = np.array([0x7BFF, 0xFBFF, 0x7BFE, 0x0400, 0x8400, 0x03FF, 0x0001, 0x8001, 0x0000, 0x8000,
+                      0x7C00, 0xFC00, 0x7E01, 0xFD55, 0x3C00, 0x3C01], np.uint16).view(np.float16)
+
+
+def within16(x, y, eb):
+    """Every finite float16 value within eb of the original, the others bit for bit."""
+    assert y.dtype == np.float16 and y.shape == x.shape
+    fin = np.isfinite(x)
+    assert np.all(np.abs(x[fin].astype(np.float64) - y[fin].astype(np.float64)) <= eb)
+    assert np.array_equal(x[~fin].view(np.uint16), y[~fin].view(np.uint16))
+
+
+def sparse_matrix(x):
+    return x.reshape(1, -1) if x.ndim != 2 else x
+
+
+f16_values = hnp.arrays(np.float16, hnp.array_shapes(min_dims=1, max_dims=2, max_side=40),
+                        elements=st.one_of(st.floats(width=16, allow_nan=True, allow_infinity=True),
+                                           st.sampled_from(list(F16_EDGES))))
+f16_bounds = st.one_of(st.floats(1e-9, 1e5), st.sampled_from([5.96e-8, 6.1e-5, 0.5, 16.0, 65504.0, 1e300]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=f16_values, eb=f16_bounds, predictor=st.sampled_from(["none", "lorenzo"]))
+def test_float16_array_bound(x, eb, predictor):
+    within16(x, codec.decompress_array(codec.compress_array(x, eb, predictor=predictor)), eb)
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=f16_values, eb=f16_bounds, predictor=st.sampled_from(["none", "lorenzo"]))
+def test_float16_sparse_bound_and_zeros(x, eb, predictor):
+    w = sparse_matrix(x)
+    y = codec.decode_sparse(codec.encode_sparse(w, eb, predictor=predictor))
+    within16(w, y, eb)
+    assert np.array_equal(w == 0, y == 0)  # a non-zero never decodes to zero, nor a zero to anything else
+
+
+def test_float16_edges_at_every_bound():
+    for eb in (1e-8, 6e-8, 1e-4, 1.0, 32.0, 65504.0, 7e4, 1e30):
+        x = np.tile(F16_EDGES, 3)
+        within16(x, codec.decompress_array(codec.compress_array(x, eb, predictor="lorenzo")), eb)
+        within16(x, codec.decompress_array(codec.compress_array(x, eb, predictor="none")), eb)
+
+
+def test_float16_smaller_than_its_bytes():
+    x = np.random.default_rng(0).laplace(0, 0.05, 20000).astype(np.float16)
+    assert len(codec.compress_array(x, 1e-3)) < x.nbytes / 2
+
+
+int_values = st.sampled_from([np.int8, np.uint8]).flatmap(
+    lambda t: hnp.arrays(t, hnp.array_shapes(min_dims=1, max_dims=2, max_side=40)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=int_values, k=st.integers(0, 255), predictor=st.sampled_from(["none", "lorenzo"]),
+       sparse=st.booleans())
+def test_integer_bound_in_steps(x, k, predictor, sparse):
+    if sparse:
+        x = sparse_matrix(x)
+        y = codec.decode_sparse(codec.encode_sparse(x, k, predictor=predictor))
+        assert np.array_equal(x == 0, y == 0)
+    else:
+        y = codec.decompress_array(codec.compress_array(x, k, predictor=predictor))
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert np.all(np.abs(x.astype(np.int64) - y.astype(np.int64)) <= k)
+
+
+def test_integer_lossless():
+    x = np.random.default_rng(1).integers(-128, 128, (64, 50)).astype(np.int8)
+    assert np.array_equal(codec.decompress_array(codec.compress_array(x, 0)), x)
+
+
+@pytest.mark.parametrize("bad", [0.5, -1, 256, float("nan")])
+def test_integer_bound_must_be_whole_steps(bad):
+    with pytest.raises(ValueError, match="whole number of quantization steps"):
+        codec.compress_array(np.zeros(4, np.int8), bad)
+
+
+def test_integer_relative_mode_refused():
+    with pytest.raises(ValueError, match="mode 'abs'"):
+        codec.encode_sparse(np.ones((2, 2), np.uint8), 1, mode="rel")
+
+
+def test_sparse_info_reports_dtype_and_steps():
+    info = codec.sparse_info(codec.encode_sparse(np.eye(4, dtype=np.int8), 2))
+    assert info["dtype"] == "int8" and info["error_bound"] == 2 and info["format_version"] == 2
+
+
+def test_float32_streams_stay_version_1():
+    assert codec.sparse_info(codec.encode_sparse(np.eye(4, dtype=np.float32), 1e-3))["format_version"] == 1
+
+
+def test_out_must_have_the_stream_dtype():
+    stream = codec.compress_array(np.ones(4, np.float16), 1e-3)
+    with pytest.raises(ValueError, match="float16"):
+        codec.decompress_array(stream, out=np.empty(4, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int8])
+def test_truncated_and_flipped_streams_are_refused_or_bounded(dtype):
+    """Every truncation is a FormatError; a flipped bit is refused or decodes to what the (changed)
+    header declares: the frame has no checksum (the container's CRC catches the flip), but never
+    reads or writes out of bounds."""
+    x = np.random.default_rng(2).laplace(0, 8, (20, 30)).clip(-100, 100).astype(dtype)
+    x[np.abs(x) < 4] = 0
+    for stream in (codec.compress_array(x, 1), codec.encode_sparse(x, 1)):
+        decode = codec.decode_sparse if stream[:4] == b"DSZS" else codec.decompress_array
+        for cut in range(0, len(stream), max(1, len(stream) // 40)):
+            with pytest.raises(FormatError):
+                decode(stream[:cut])
+        for bit in range(0, 8 * len(stream), 13):
+            flipped = bytearray(stream)
+            flipped[bit // 8] ^= 1 << (bit % 8)
+            try:
+                y = decode(bytes(flipped))
+            except FormatError:
+                continue
+            assert y.dtype in (np.float32, np.float16, np.int8, np.uint8)
