@@ -67,7 +67,7 @@ class Measure:
 
 def _matrix(w: np.ndarray) -> np.ndarray:
     """A weight tensor as the sparse codec stores it: [first axis, the rest]."""
-    return np.ascontiguousarray(w, dtype=np.float32).reshape(w.shape[0] if w.ndim else 1, -1)
+    return codec.stored_array(w).reshape(w.shape[0] if w.ndim else 1, -1)
 
 
 def encode_weight(w: np.ndarray, bound: float,
@@ -78,7 +78,7 @@ def encode_weight(w: np.ndarray, bound: float,
     may go to the dense codec when that is smaller, as the container decides. pattern: the
     tensor's codec.sparse_index, when it is encoded at many bounds (the same answers, faster).
     """
-    w = np.ascontiguousarray(w, dtype=np.float32)
+    w = codec.stored_array(w)  # float16 weights are encoded as the model stores them
     if bound == 0:
         raw = w.tobytes()
         size = len(zstandard.ZstdCompressor(level=LOSSLESS_LEVEL).compress(raw))
@@ -248,6 +248,6 @@ def assess(
     with tqdm(desc="assess", unit="eval", disable=not progress, leave=False) as bar:
         for name in layer_names:
             bar.set_postfix_str(name)
-            table[name] = assess_layer(evaluator, name, np.asarray(model.weight(name)), budget,
+            table[name] = assess_layer(evaluator, name, np.asarray(model.stored(name)), budget,
                                        on_point=lambda p: bar.update())
     return table

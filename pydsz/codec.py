@@ -24,7 +24,7 @@ import zstandard
 from pydsz import _core
 from pydsz.errors import DszError, FormatError
 
-__all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse", "sparse_info"]
+__all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse", "sparse_info", "stored_array"]
 
 MODES = {"abs": 0, "rel": 1}
 PREDICTORS = {"none": 0, "lorenzo": 1, "auto": 255}
@@ -71,6 +71,13 @@ def _check_bound(error_bound: Any, mode: str, dtype_id: int = 1) -> float:
     if not math.isfinite(eb) or eb <= 0:
         raise ValueError(f"error_bound {error_bound!r} must be finite and > 0")
     return eb
+
+
+def stored_array(w: Any) -> np.ndarray:
+    """w, C-contiguous, in the dtype the codecs store it in: float16, int8 and uint8 stay as they
+    are, anything else becomes float32."""
+    a = np.asarray(w)
+    return np.ascontiguousarray(a, dtype=a.dtype if DTYPE_IDS.get(a.dtype, 1) != 1 else np.float32)
 
 
 def _frame_bound(eb: float, dtype_id: int) -> float:

@@ -27,6 +27,8 @@ _IDENTIFIER = b"TFL3"
 _SCHEMA_VERSION = 3
 
 KINDS = {"FULLY_CONNECTED": "fc", "CONV_2D": "conv", "DEPTHWISE_CONV_2D": "conv"}
+# stored dtypes of compressible weights (float16: behind a DEQUANTIZE op)
+_STORED_TYPES = ("FLOAT32", "FLOAT16")
 
 _DTYPES = {
     "FLOAT32": "<f4", "FLOAT16": "<f2", "FLOAT64": "<f8", "INT8": "i1", "UINT8": "u1",
@@ -91,13 +93,17 @@ class Layer:
     bias: Optional[int]  # None when the op has no bias input
     activation: str  # fused activation: "NONE", "RELU", "RELU6", ...
     shape: tuple  # weight shape: FC [out, in], conv OHWI, depthwise [1, H, W, C*M]
-    dtype: str  # TFLite type name of the weight tensor
-    buffer: int  # 0 when the weight has no constant buffer
-    offset: int  # absolute file offset of the weight bytes (-1 when there are none)
+    dtype: str  # TFLite type name of the weight tensor the op reads
+    buffer: int  # the stored constant's buffer; 0 when there is none
+    offset: int  # absolute file offset of the stored bytes (-1 when there are none)
     nbytes: int
-    compressible: bool  # float32 constant weights that only layer weights read
+    compressible: bool  # float32 or float16 constant weights that only layer weights read
     skip_reason: str  # why not compressible ("" when it is)
     shared_with: tuple = ()  # names of the other layers whose weight is the same buffer
+    # the constant whose bytes hold the weights: the weight tensor itself, or the float16 input of
+    # the DEQUANTIZE op that computes it (the converter's float16 option); -1 when there is none
+    stored: int = -1
+    stored_dtype: str = ""  # TFLite type name of the stored constant: "FLOAT32", "FLOAT16", ...
 
     @property
     def buffer_index(self) -> int:
@@ -112,7 +118,7 @@ class WeightBuffer:
     buffer: int
     layers: tuple  # names of the layers that read it, in execution order
     shape: tuple
-    dtype: str
+    dtype: str  # the stored dtype (TFLite type name)
     offset: int
     nbytes: int
 
@@ -236,10 +242,25 @@ class TFLiteModel:
                               f"of a {len(self.data)}-byte file")
         return (start, size)
 
+    def _stored_tensor(self, w: Tensor) -> Optional[Tensor]:
+        """The constant that holds a weight's values: w itself, or the float16 constant a DEQUANTIZE
+        op turns into w (weights stored as float16); None when w is computed otherwise."""
+        if self._has_data(w):
+            return w
+        producer = next((op for op in self.ops if w.index in op.outputs), None)
+        if producer is None or producer.name != "DEQUANTIZE" or not producer.inputs or producer.inputs[0] < 0:
+            return None
+        source = self.tensors[producer.inputs[0]]
+        return source if self._has_data(source) and source.type == "FLOAT16" else None
+
+    def _has_data(self, t: Tensor) -> bool:
+        # converters may give a computed tensor an empty buffer of its own rather than buffer 0
+        return t.buffer != 0 and self._buffers[t.buffer][0] >= 0 and self._buffers[t.buffer][1] > 0
+
     def _find_layers(self) -> list:
         counters = {"fc": 0, "conv": 0}
         layers = []
-        weight_tensors = set()
+        weight_tensors = set()  # the weight inputs of the layer ops and the constants that hold them
         for op in self.ops:
             kind = KINDS.get(op.name)
             if kind is None:
@@ -247,54 +268,63 @@ class TFLiteModel:
             if len(op.inputs) < 2 or op.inputs[1] < 0:
                 raise FormatError(f"op {op.index} ({op.name}) has no weight input")
             counters[kind] += 1
-            layers.append((f"{kind}{counters[kind]}", kind, op))
-            weight_tensors.add(op.inputs[1])
+            w = self.tensors[op.inputs[1]]
+            stored = self._stored_tensor(w)
+            layers.append((f"{kind}{counters[kind]}", kind, op, w, stored))
+            weight_tensors.add(w.index)
+            if stored is not None:
+                weight_tensors.add(stored.index)
 
         by_buffer: dict = {}
-        for name, _, op in layers:
-            b = self.tensors[op.inputs[1]].buffer
-            if b:
-                by_buffer.setdefault(b, []).append(name)
+        for name, _, _, _, stored in layers:
+            if stored is not None:
+                by_buffer.setdefault(stored.buffer, []).append(name)
 
         result = []
-        for name, kind, op in layers:
-            w = self.tensors[op.inputs[1]]
-            offset, nbytes = self._buffers[w.buffer] if w.buffer else (-1, 0)
+        for name, kind, op, w, stored in layers:
+            offset, nbytes = self._buffers[stored.buffer] if stored is not None else (-1, 0)
             if offset < 0:
                 offset, nbytes = -1, 0
-            reason = self._skip_reason(w, nbytes, weight_tensors)
+            reason = self._skip_reason(w, stored, nbytes, weight_tensors)
             bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
             result.append(Layer(
                 name=name, kind=kind, op=op.name, op_index=op.index, input=op.inputs[0],
                 output=op.outputs[0], weight=w.index, bias=bias,
                 activation=op.options.get("activation", "NONE"), shape=w.shape, dtype=w.type,
-                buffer=w.buffer, offset=offset, nbytes=nbytes, compressible=not reason,
-                skip_reason=reason,
-                shared_with=tuple(n for n in by_buffer.get(w.buffer, ()) if n != name)))
+                buffer=stored.buffer if stored is not None else 0, offset=offset, nbytes=nbytes,
+                compressible=not reason, skip_reason=reason,
+                shared_with=tuple(n for n in by_buffer.get(stored.buffer, ()) if n != name) if stored else (),
+                stored=stored.index if stored is not None else -1,
+                stored_dtype=stored.type if stored is not None else ""))
         return result
 
-    def _skip_reason(self, w: Tensor, nbytes: int, weight_tensors: set) -> str:
-        if w.buffer == 0 or nbytes == 0:
+    def _skip_reason(self, w: Tensor, stored: Optional[Tensor], nbytes: int, weight_tensors: set) -> str:
+        if stored is None or nbytes == 0:
             producer = next((op.name for op in self.ops if w.index in op.outputs), None)
             source = f"computed by a {producer} op" if producer else "not a constant"
             return f"weight tensor {w.index} ({w.name!r}) has no constant data: {source}"
-        if w.type != "FLOAT32":
-            return f"{w.type} weights are kept lossless (only float32 weights are compressed)"
-        if w.quantized:
-            return "quantized float32 weights are kept lossless"
-        if w.sparse:
+        if stored.type not in _STORED_TYPES:
+            return f"{stored.type} weights are kept lossless (float32 and float16 weights are compressed)"
+        if stored.quantized:
+            return f"quantized {stored.type.lower()} weights are kept lossless"
+        if stored.sparse:
             return "sparse-format weights are kept lossless"
-        expected = int(np.prod(w.shape, dtype=np.int64)) * 4
+        if stored.shape != w.shape:
+            return f"the DEQUANTIZE op changes the weight's shape {stored.shape} to {w.shape}"
+        expected = int(np.prod(w.shape, dtype=np.int64)) * stored.dtype.itemsize
         if expected != nbytes:
-            raise FormatError(f"tensor {w.index} ({w.name!r}) of shape {w.shape} needs {expected} bytes "
-                              f"but buffer {w.buffer} holds {nbytes}")
-        for s, t in self._buffer_users[w.buffer]:
+            raise FormatError(f"tensor {stored.index} ({stored.name!r}) of shape {stored.shape} needs {expected} "
+                              f"bytes but buffer {stored.buffer} holds {nbytes}")
+        for s, t in self._buffer_users[stored.buffer]:
             if s != 0 or t not in weight_tensors:
-                return f"buffer {w.buffer} is also read by tensor {t} of subgraph {s}, which is not a layer weight"
+                return (f"buffer {stored.buffer} is also read by tensor {t} of subgraph {s}, which is not a "
+                        "layer weight")
         for op in self.ops:
             reads = [i for i, t in enumerate(op.inputs) if t == w.index]
             if reads and (op.name not in KINDS or reads != [1]):
                 return f"weight tensor {w.index} is also read by op {op.index} ({op.name}) as a non-weight input"
+            if stored is not w and stored.index in op.inputs and (op.name != "DEQUANTIZE" or op.outputs[0] != w.index):
+                return f"float16 weight tensor {stored.index} is also read by op {op.index} ({op.name})"
         return ""
 
     def layers(self, kinds: Sequence[str] = ("fc",)) -> list:
@@ -318,7 +348,7 @@ class TFLiteModel:
             if layer.compressible:
                 groups.setdefault(layer.buffer, []).append(layer)
         return [WeightBuffer(buffer=b, layers=tuple(layer.name for layer in group), shape=group[0].shape,
-                             dtype=group[0].dtype, offset=group[0].offset, nbytes=group[0].nbytes)
+                             dtype=group[0].stored_dtype, offset=group[0].offset, nbytes=group[0].nbytes)
                 for b, group in groups.items()]
 
     def constant(self, tensor_index: int) -> Optional[np.ndarray]:
@@ -334,9 +364,19 @@ class TFLiteModel:
         return np.frombuffer(self.data, dtype=t.dtype, count=count, offset=offset).reshape(t.shape)
 
     def weight(self, layer: Union[str, Layer]) -> np.ndarray:
-        """A layer's weights as a read-only view, shaped as the tensor (float32 for compressible layers)."""
+        """A layer's weights, read-only and shaped as the tensor: float32 for compressible layers
+        (float16 weights dequantized, as the DEQUANTIZE op does), the stored values otherwise."""
         layer = self.layer(layer) if isinstance(layer, str) else layer
-        values = self.constant(layer.weight)
+        values = self.stored(layer)
+        if values.dtype == np.float16:
+            values = values.astype(np.float32)
+            values.flags.writeable = False
+        return values
+
+    def stored(self, layer: Union[str, Layer]) -> np.ndarray:
+        """A layer's weights as stored in the file (float16 where a DEQUANTIZE op reads them), read-only."""
+        layer = self.layer(layer) if isinstance(layer, str) else layer
+        values = self.constant(layer.stored) if layer.stored >= 0 else None
         if values is None:
             raise InputError(f"layer {layer.name}: {layer.skip_reason}")
         return values
@@ -346,7 +386,8 @@ class TFLiteModel:
 
         Keys are layer names or buffer indices; a layer name writes its buffer, which every layer
         sharing it then reads. Each array must have the tensor's shape; it is stored little-endian
-        in the tensor's dtype (only a same-kind cast, e.g. float64 -> float32, is allowed).
+        in the stored dtype (only a same-kind cast, e.g. float32 -> float16 for weights the model
+        stores as float16, rounding to nearest, is allowed).
         """
         writes: dict = {}
         for key, array in arrays.items():
@@ -354,7 +395,7 @@ class TFLiteModel:
                 layer = self.layer(key)
                 if layer.offset < 0:
                     raise InputError(f"layer {key}: {layer.skip_reason}")
-                target = (layer.buffer, layer.shape, layer.dtype, layer.offset, layer.nbytes, f"layer {key}")
+                target = (layer.buffer, layer.shape, layer.stored_dtype, layer.offset, layer.nbytes, f"layer {key}")
             else:
                 target = self._buffer_target(int(key))
             buffer, shape, type_name, offset, nbytes, what = target

@@ -212,7 +212,7 @@ class _Decoded:
         for name, bound in bounds.items():
             if bound > 0:
                 if (name, bound) not in self.cache:
-                    self.cache[name, bound] = encode_weight(self.model.weight(name), bound)[0]
+                    self.cache[name, bound] = encode_weight(self.model.stored(name), bound)[0]
                 out[name] = self.cache[name, bound]
         return out
 

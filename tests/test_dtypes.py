@@ -128,3 +128,102 @@ def test_truncated_and_flipped_streams_are_refused_or_bounded(dtype):
             except FormatError:
                 continue
             assert y.dtype in (np.float32, np.float16, np.int8, np.uint8)
+
+
+# ---- float16 models in the container ----
+
+def _float16_fc(rows=32, cols=64, seed=0, prune=0.0):
+    """x -> DEQUANTIZE(float16 [rows, cols]) -> FULLY_CONNECTED, as the converter's float16 option writes it."""
+    import tflite
+    from test_model import build_tflite
+
+    w = np.random.default_rng(seed).laplace(0, 0.05, (rows, cols))
+    w[np.abs(w) < np.quantile(np.abs(w), prune)] = 0
+    return build_tflite(
+        tensors=[{"shape": [1, cols]},
+                 {"shape": [rows, cols], "type": tflite.TensorType.FLOAT16, "data": w.astype(np.float16).tobytes()},
+                 {"shape": [rows, cols]}, {"shape": [1, rows]}],
+        ops=[("DEQUANTIZE", [1], [2]), ("FULLY_CONNECTED", [0, 2, -1], [3])], inputs=[0], outputs=[3])
+
+
+@pytest.mark.parametrize("prune", [0.0, 0.9])
+def test_float16_model_decodes_within_bound_in_float16(prune):
+    import pydsz
+    from pydsz.model import TFLiteModel
+
+    original = _float16_fc(prune=prune)
+    packed = pydsz.load(pydsz.pack_model(original, 1e-3))
+    (entry,) = packed.entries
+    assert entry.dtype == "float16" and entry.nbytes == 32 * 64 * 2 and packed.version == 2
+    before, after = TFLiteModel(original), TFLiteModel(packed.tflite_bytes())
+    x, y = before.stored("fc1"), after.stored("fc1")
+    assert y.dtype == np.float16
+    assert np.abs(x.astype(np.float64) - y.astype(np.float64)).max() <= 1e-3
+    assert not y[x == 0].any()  # pruned weights stay exact zeros
+    changed = np.zeros(len(original), bool)
+    changed[entry.offset:entry.offset + entry.nbytes] = True
+    a, b = np.frombuffer(original, np.uint8), np.frombuffer(packed.tflite_bytes(), np.uint8)
+    assert np.array_equal(a[~changed], b[~changed])
+
+
+def test_float16_model_runs_in_litert():
+    import pydsz
+    from pydsz.runtime import make_interpreter
+
+    original = _float16_fc()
+    decoded = pydsz.load(pydsz.pack_model(original, 1e-3)).tflite_bytes()
+    x = np.random.default_rng(3).standard_normal((1, 64)).astype(np.float32)
+    outputs = []
+    for model in (original, decoded):
+        interp = make_interpreter(model)
+        interp.allocate_tensors()
+        interp.set_tensor(interp.get_input_details()[0]["index"], x)
+        interp.invoke()
+        outputs.append(interp.get_tensor(interp.get_output_details()[0]["index"]).copy())
+    # each of 64 weights moved by at most 1e-3: the output by at most 1e-3 * sum |x|
+    assert np.abs(outputs[0] - outputs[1]).max() <= 1e-3 * np.abs(x).sum() + 1e-4
+
+
+def test_float16_info_reports_dtype_and_float16_bytes():
+    import pydsz
+
+    (row,) = pydsz.load(pydsz.pack_model(_float16_fc(), 1e-3)).info()["tensors"]
+    assert row["dtype"] == "float16" and row["original_bytes"] == 32 * 64 * 2 and row["bound_unit"] == "absolute"
+
+
+def test_float32_only_files_stay_version_1():
+    import pydsz
+    from pydsz.data import bundled
+
+    assert pydsz.load(pydsz.pack_model(bundled("lenet300.tflite").read_bytes(), 0.01)).version == 1
+
+
+def test_version_1_file_with_a_float16_tensor_is_refused():
+    """A reader meeting a float16 tensor in a version-1 table refuses it instead of misreading it."""
+    import struct
+    import zlib
+
+    import pydsz
+    from pydsz import container
+
+    buf = bytearray(pydsz.pack_model(_float16_fc(), 1e-3))
+    struct.pack_into("<H", buf, 4, 1)
+    head_end = container._HEADER.size + struct.unpack_from("<I", buf, 12)[0]
+    struct.pack_into("<I", buf, head_end, zlib.crc32(buf[:head_end]))
+    struct.pack_into("<I", buf, len(buf) - 4, zlib.crc32(buf[:-4]))
+    with pytest.raises(FormatError, match="dtype"):
+        pydsz.load(bytes(buf))
+
+
+def test_float16_container_truncation_and_bit_flips_are_refused():
+    import pydsz
+
+    packed = pydsz.pack_model(_float16_fc(prune=0.5), 1e-3)
+    for cut in range(0, len(packed), max(1, len(packed) // 60)):
+        with pytest.raises(FormatError):
+            pydsz.load(packed[:cut])
+    for bit in range(0, 8 * len(packed), 97):
+        flipped = bytearray(packed)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(FormatError):
+            pydsz.load(bytes(flipped)).tflite_bytes()

@@ -291,20 +291,45 @@ def test_int8_weights_are_kept_lossless():
     assert TFLiteModel(data).weight_buffers() == []
 
 
-def test_dequantized_weights_are_not_compressible():
-    data = build_tflite(
+def _float16_model(values, extra_ops=()):
+    """x -> DEQUANTIZE(float16 constant) -> FULLY_CONNECTED, as the converter's float16 option writes it."""
+    return build_tflite(
         tensors=[{"shape": [1, 8]},
-                 {"shape": [4, 8], "type": tflite.TensorType.FLOAT16, "data": np.ones(32, np.float16).tobytes()},
-                 {"shape": [4, 8]}, {"shape": [1, 4]}],
-        ops=[("DEQUANTIZE", [1], [2]), ("FULLY_CONNECTED", [0, 2, -1], [3])], inputs=[0], outputs=[3])
-    model = TFLiteModel(data)
+                 {"shape": [4, 8], "type": tflite.TensorType.FLOAT16, "data": values.astype(np.float16).tobytes()},
+                 {"shape": [4, 8]}, {"shape": [1, 4]}, {"shape": [4, 8]}],
+        ops=[("DEQUANTIZE", [1], [2]), ("FULLY_CONNECTED", [0, 2, -1], [3]), *extra_ops], inputs=[0], outputs=[3])
+
+
+def test_float16_weights_behind_dequantize_are_found_through_the_op():
+    values = np.arange(32, dtype=np.float32).reshape(4, 8) / 7
+    model = TFLiteModel(_float16_model(values))
     (layer,) = model.layers()
-    assert not layer.compressible and "DEQUANTIZE" in layer.skip_reason
-    assert layer.offset == -1
-    with pytest.raises(InputError, match="fc1: .*no constant data"):
-        model.weight("fc1")
-    with pytest.raises(InputError, match="fc1"):
-        model.replace({"fc1": np.zeros((4, 8), np.float32)})
+    assert layer.compressible and layer.stored == 1 and layer.stored_dtype == "FLOAT16" and layer.dtype == "FLOAT32"
+    assert layer.nbytes == 64 and layer.shape == (4, 8)
+    assert model.data[layer.offset:layer.offset + 64] == values.astype(np.float16).tobytes()
+    assert [b.dtype for b in model.weight_buffers()] == ["FLOAT16"]
+
+
+def test_float16_weight_reads_as_dequantized_float32():
+    values = np.arange(32, dtype=np.float32).reshape(4, 8) / 7
+    model = TFLiteModel(_float16_model(values))
+    w = model.weight("fc1")
+    assert w.dtype == np.float32 and not w.flags.writeable
+    assert np.array_equal(w, values.astype(np.float16).astype(np.float32))
+    assert model.stored("fc1").dtype == np.float16
+
+
+def test_replace_rounds_float32_into_a_float16_buffer():
+    model = TFLiteModel(_float16_model(np.zeros((4, 8))))
+    new = np.full((4, 8), 1 / 3, np.float32)
+    replaced = TFLiteModel(model.replace({"fc1": new}))
+    assert np.array_equal(replaced.stored("fc1"), new.astype(np.float16))
+
+
+def test_float16_constant_read_by_another_op_is_not_compressible():
+    model = TFLiteModel(_float16_model(np.ones((4, 8)), extra_ops=[("DEQUANTIZE", [1], [4])]))
+    (layer,) = model.layers()
+    assert not layer.compressible and "float16 weight tensor 1 is also read by op 2" in layer.skip_reason
 
 
 def test_weight_also_read_by_another_op_is_not_compressible():
