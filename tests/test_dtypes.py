@@ -227,3 +227,26 @@ def test_float16_container_truncation_and_bit_flips_are_refused():
         flipped[bit // 8] ^= 1 << (bit % 8)
         with pytest.raises(FormatError):
             pydsz.load(bytes(flipped)).tflite_bytes()
+
+
+# ---- the reference models converted with the float16 option (bench/make_reference_models.py --dtypes) ----
+
+@pytest.mark.runtime
+@pytest.mark.parametrize("name", ["lenet300_f16.tflite", "lenet5_f16.tflite"])
+def test_float16_reference_model_packs_every_layer_and_keeps_accuracy(name):
+    import pydsz
+    from pydsz.data import bundled, load_npz
+    from pydsz.model import TFLiteModel
+    from pydsz.runtime import accuracy
+
+    original = bundled(name).read_bytes()
+    packed = pydsz.load(pydsz.pack_model(original, 2e-3, layers="all"))
+    layers = TFLiteModel(original).layers(kinds=("fc", "conv"))
+    assert sorted(n for e in packed.entries for n in e.name.split(",")) == sorted(l.name for l in layers)
+    assert {e.dtype for e in packed.entries} == {"float16"}
+    decoded = packed.tflite_bytes()
+    for layer in layers:
+        x, y = TFLiteModel(original).stored(layer), TFLiteModel(decoded).stored(layer)
+        assert np.abs(x.astype(np.float64) - y.astype(np.float64)).max() <= 2e-3
+    x, y = load_npz(bundled("fmnist_test.npz"))
+    assert abs(accuracy(original, x, y) - accuracy(decoded, x, y)) <= 0.003
