@@ -43,7 +43,10 @@ _ZSTD_WINDOW_LOG = 18
 _ZSTD_MAX_RATIO = 32768
 _INFLATE_CHUNK = 1 << 18  # bytes inflated at a time: small enough to stay in the CPU's cache
 
-Bounds = Union[float, Mapping[str, float]]
+# a bound is an absolute value (float layers) or a number of quantization steps, written "2q"
+# (int8/uint8 layers); one bound for every layer, or a mapping from layer name to bound
+Bound = Union[float, str]
+Bounds = Union[Bound, Mapping[str, Bound]]
 
 
 @dataclass(frozen=True)
@@ -81,9 +84,36 @@ def _encode_tensor(w: np.ndarray, bound: float) -> tuple[str, bytes]:
     return min(candidates, key=lambda c: len(c[1]))
 
 
+def parse_bound(value: Bound, what: str) -> tuple[float, bool]:
+    """(value, in steps?) of a bound: a number (absolute) or "<k>q" (k quantization steps)."""
+    if isinstance(value, str) and value.strip().lower().endswith("q"):
+        text = value.strip()[:-1]
+        if not text.isdigit() or int(text) > codec.MAX_STEPS:
+            raise InputError(f"{what}: bound {value!r} must be a whole number of steps 0..{codec.MAX_STEPS} "
+                             "followed by q (2q)")
+        return float(int(text)), True
+    try:
+        bound = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{what}: bound {value!r} is neither a number nor a number of steps (2q)") from None
+    if not math.isfinite(bound) or bound < 0:
+        raise InputError(f"{what}: error bound {bound} must be a finite number >= 0")
+    return bound, False
+
+
+def _integer(layer) -> bool:
+    return layer.stored_dtype in ("INT8", "UINT8")
+
+
 def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
-    """Bound per compressible layer name; 0 (or absent from a mapping) keeps a layer lossless."""
-    names = [layer.name for layer in layers if layer.compressible]
+    """Bound per compressible layer name: absolute for float layers, in steps for int8/uint8 ones.
+
+    A bound of 0 keeps a layer lossless (an integer layer is then entropy-coded losslessly where that
+    beats the zstd of the rest). One bound for all applies to the layers of its kind (a number to
+    float layers, steps to integer ones); the others, like layers absent from a mapping, get 0.
+    """
+    compressible = [layer for layer in layers if layer.compressible]
+    names = [layer.name for layer in compressible]
     if isinstance(error_bounds, Mapping):
         reasons = {layer.name: layer.skip_reason for layer in layers if not layer.compressible}
         for name in error_bounds:
@@ -94,13 +124,17 @@ def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
             raise InputError(
                 f"no compressible layer named {', '.join(unknown)}; the model has {', '.join(names) or 'none'}"
             )
-        bounds = {name: float(error_bounds.get(name, 0.0)) for name in names}
-    else:
-        bounds = {name: float(error_bounds) for name in names}
-    for name, bound in bounds.items():
-        if not math.isfinite(bound) or bound < 0:
-            raise InputError(f"layer {name}: error bound {bound} must be a finite number >= 0")
-    return bounds
+        given = {name: parse_bound(value, f"layer {name}") for name, value in error_bounds.items()}
+        bounds = {}
+        for layer in compressible:
+            value, steps = given.get(layer.name, (0.0, _integer(layer)))
+            if value and steps != _integer(layer):
+                raise InputError(f"layer {layer.name} stores {layer.stored_dtype.lower()} weights: give its bound "
+                                 + ("in quantization steps (2q)" if _integer(layer) else "as a number (0.005)"))
+            bounds[layer.name] = value
+        return bounds
+    value, steps = parse_bound(error_bounds, "all layers")
+    return {layer.name: value if steps == _integer(layer) else 0.0 for layer in compressible}
 
 
 def _layers(model, layers: str) -> list:
@@ -121,8 +155,10 @@ def kept_lossless(tflite_bytes: bytes, layers: str = "fc") -> dict[str, str]:
 def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") -> bytes:
     """Compress a .tflite model into .dsz bytes.
 
-    error_bounds: one absolute bound for every compressible weight tensor of the chosen layers, or a
-    mapping from layer name (fc1, fc2, conv1, ...) to bound; a bound of 0 keeps a layer lossless.
+    error_bounds: one bound for every compressible weight tensor of the chosen layers, or a mapping
+    from layer name (fc1, fc2, conv1, ...) to bound; a bound is absolute (0.005) for float32 and
+    float16 weights and a number of quantization steps ("2q") for int8/uint8 ones; a bound of 0
+    keeps a layer lossless (_resolve_bounds).
     layers: "fc", "conv" or "all". float16 weights (behind a DEQUANTIZE op) are compressed in
     float16: every decoded value is within the bound of the stored one. Weights that cannot be
     compressed (quantized, computed at run time) stay in the lossless rest of the model;
@@ -139,7 +175,7 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
     # a buffer shared by several ops is compressed once, under the tightest bound asked of it
     by_buffer: dict[int, list] = {}
     for layer in compressible:
-        if bounds[layer.name] > 0:
+        if bounds[layer.name] > 0 or _integer(layer):
             by_buffer.setdefault(layer.buffer_index, []).append(layer)
 
     entries = []
@@ -149,6 +185,8 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
         bound = min(bounds[g.name] for g in group)
         w = model.stored(layer)
         representation, stream = _encode_tensor(w, bound)
+        if bound == 0 and len(stream) >= len(zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(w.tobytes())):
+            continue  # lossless entropy coding of integers that does not beat the zstd of the rest
         entries.append(TensorEntry(
             name=",".join(g.name for g in group), buffer_index=buffer_index, offset=layer.offset,
             nbytes=layer.nbytes, shape=tuple(w.shape), representation=representation,

@@ -27,8 +27,9 @@ _IDENTIFIER = b"TFL3"
 _SCHEMA_VERSION = 3
 
 KINDS = {"FULLY_CONNECTED": "fc", "CONV_2D": "conv", "DEPTHWISE_CONV_2D": "conv"}
-# stored dtypes of compressible weights (float16: behind a DEQUANTIZE op)
-_STORED_TYPES = ("FLOAT32", "FLOAT16")
+# stored dtypes of compressible weights (float16: behind a DEQUANTIZE op; int8/uint8: quantized)
+_STORED_TYPES = ("FLOAT32", "FLOAT16", "INT8", "UINT8")
+INTEGER_TYPES = ("INT8", "UINT8")
 
 _DTYPES = {
     "FLOAT32": "<f4", "FLOAT16": "<f2", "FLOAT64": "<f8", "INT8": "i1", "UINT8": "u1",
@@ -63,6 +64,10 @@ class Tensor:
     buffer: int  # 0: no constant data
     quantized: bool
     sparse: bool
+    # affine quantization (real = scale * (q - zero_point)), per tensor or per channel along `axis`
+    scale: tuple = ()
+    zero_point: tuple = ()
+    axis: int = 0
 
     @property
     def dtype(self) -> Optional[np.dtype]:
@@ -204,7 +209,11 @@ class TFLiteModel:
                 shape_signature=signature, type=types.get(tensor.Type(), f"TYPE_{tensor.Type()}"),
                 buffer=tensor.Buffer(),
                 quantized=quant is not None and quant.ScaleLength() > 0,
-                sparse=tensor.Sparsity() is not None))
+                sparse=tensor.Sparsity() is not None,
+                scale=tuple(float(v) for v in quant.ScaleAsNumpy()) if quant is not None and quant.ScaleLength() else (),
+                zero_point=(tuple(int(v) for v in quant.ZeroPointAsNumpy())
+                            if quant is not None and quant.ZeroPointLength() else ()),
+                axis=quant.QuantizedDimension() if quant is not None else 0))
 
         n_tensors = len(self.tensors)
 
@@ -304,8 +313,14 @@ class TFLiteModel:
             source = f"computed by a {producer} op" if producer else "not a constant"
             return f"weight tensor {w.index} ({w.name!r}) has no constant data: {source}"
         if stored.type not in _STORED_TYPES:
-            return f"{stored.type} weights are kept lossless (float32 and float16 weights are compressed)"
-        if stored.quantized:
+            return f"{stored.type} weights are kept lossless (float32, float16, int8 and uint8 weights are compressed)"
+        if stored.type in INTEGER_TYPES:
+            if not stored.quantized:
+                return f"{stored.type} weights without quantization scales are kept lossless"
+            if len(stored.scale) not in (1, stored.shape[stored.axis] if stored.axis < len(stored.shape) else -1) \
+                    or len(stored.zero_point) not in (0, len(stored.scale)):
+                return f"{stored.type} weights with {len(stored.scale)} scales for shape {stored.shape} are kept lossless"
+        elif stored.quantized:
             return f"quantized {stored.type.lower()} weights are kept lossless"
         if stored.sparse:
             return "sparse-format weights are kept lossless"
@@ -365,13 +380,33 @@ class TFLiteModel:
 
     def weight(self, layer: Union[str, Layer]) -> np.ndarray:
         """A layer's weights, read-only and shaped as the tensor: float32 for compressible layers
-        (float16 weights dequantized, as the DEQUANTIZE op does), the stored values otherwise."""
+        (float16 weights dequantized, as the DEQUANTIZE op does; int8/uint8 ones as
+        scale * (q - zero_point) of their channel), the stored values otherwise."""
         layer = self.layer(layer) if isinstance(layer, str) else layer
         values = self.stored(layer)
         if values.dtype == np.float16:
             values = values.astype(np.float32)
-            values.flags.writeable = False
+        elif layer.compressible and layer.stored_dtype in INTEGER_TYPES:
+            scale, zero = self.quantization(layer)
+            values = ((values.astype(np.float32) - zero) * scale).astype(np.float32)
+        else:
+            return values
+        values.flags.writeable = False
         return values
+
+    def quantization(self, layer: Union[str, Layer]) -> tuple:
+        """(scale, zero point) of a layer's stored integer weights, float32 and int32 arrays shaped to
+        broadcast against them (one value per channel along the quantized axis, or one in all)."""
+        layer = self.layer(layer) if isinstance(layer, str) else layer
+        t = self.tensors[layer.stored]
+        if not t.scale:
+            raise InputError(f"layer {layer.name}: its weights are not quantized")
+        shape = [1] * len(t.shape)
+        if len(t.scale) > 1:
+            shape[t.axis] = len(t.scale)
+        scale = np.array(t.scale, np.float32).reshape(shape or ())
+        zero = np.array(t.zero_point or (0,) * len(t.scale), np.int32).reshape(shape or ())
+        return scale, zero
 
     def stored(self, layer: Union[str, Layer]) -> np.ndarray:
         """A layer's weights as stored in the file (float16 where a DEQUANTIZE op reads them), read-only."""
@@ -387,7 +422,9 @@ class TFLiteModel:
         Keys are layer names or buffer indices; a layer name writes its buffer, which every layer
         sharing it then reads. Each array must have the tensor's shape; it is stored little-endian
         in the stored dtype (only a same-kind cast, e.g. float32 -> float16 for weights the model
-        stores as float16, rounding to nearest, is allowed).
+        stores as float16, rounding to nearest, is allowed). A float array for a layer whose
+        weights are int8/uint8 holds real values: it is quantized with the layer's scales
+        (round to nearest, clipped to the type's range), so weight() values come back exactly.
         """
         writes: dict = {}
         for key, array in arrays.items():
@@ -400,6 +437,12 @@ class TFLiteModel:
                 target = self._buffer_target(int(key))
             buffer, shape, type_name, offset, nbytes, what = target
             array = np.asarray(array)
+            if isinstance(key, str) and type_name in INTEGER_TYPES and array.dtype.kind == "f" and layer.compressible:
+                scale, zero = self.quantization(layer)
+                info = np.iinfo(np.dtype(_DTYPES[type_name]))
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    q = np.rint(array.astype(np.float64) / scale) + zero
+                array = np.clip(np.nan_to_num(q), info.min, info.max).astype(_DTYPES[type_name])
             if array.shape != tuple(shape):
                 raise InputError(f"{what}: array of shape {array.shape} does not match the tensor's {tuple(shape)}")
             dtype = np.dtype(_DTYPES[type_name])

@@ -250,3 +250,75 @@ def test_float16_reference_model_packs_every_layer_and_keeps_accuracy(name):
         assert np.abs(x.astype(np.float64) - y.astype(np.float64)).max() <= 2e-3
     x, y = load_npz(bundled("fmnist_test.npz"))
     assert abs(accuracy(original, x, y) - accuracy(decoded, x, y)) <= 0.003
+
+
+# ---- int8 models: the reference models converted with full-integer quantization ----
+
+@pytest.mark.parametrize("name", ["lenet300_int8.tflite", "lenet5_int8.tflite"])
+def test_int8_per_channel_weights_dequantize_with_their_channel_scale(name):
+    from pydsz.data import bundled
+    from pydsz.model import TFLiteModel
+
+    model = TFLiteModel(bundled(name).read_bytes())
+    for layer in model.layers(kinds=("fc", "conv")):
+        scale, zero = model.quantization(layer)
+        q = model.stored(layer)
+        assert np.allclose(model.weight(layer), (q.astype(np.float32) - zero) * scale)
+
+
+@pytest.mark.parametrize("bound", ["1q", "2q"])
+def test_int8_model_decodes_within_steps(bound):
+    import pydsz
+    from pydsz.data import bundled
+    from pydsz.model import TFLiteModel
+
+    original = bundled("lenet5_int8.tflite").read_bytes()
+    packed = pydsz.load(pydsz.pack_model(original, bound, layers="all"))
+    assert {e.dtype for e in packed.entries} == {"int8"} and len(packed.entries) == 4
+    before, after = TFLiteModel(original), TFLiteModel(packed.tflite_bytes())
+    k = int(bound[:-1])
+    for layer in before.layers(kinds=("fc", "conv")):
+        diff = np.abs(before.stored(layer).astype(int) - after.stored(layer).astype(int))
+        assert diff.max() <= k
+        scale, _ = before.quantization(layer)
+        # k steps of the channel, up to the float32 rounding of the two dequantized values
+        assert np.all(np.abs(before.weight(layer) - after.weight(layer)) <= k * scale + 1e-7)
+
+
+def test_int8_lossless_decodes_byte_identical():
+    import pydsz
+    from pydsz.data import bundled
+
+    original = bundled("lenet300_int8.tflite").read_bytes()
+    packed = pydsz.load(pydsz.pack_model(original, 0, layers="all"))
+    assert packed.entries and packed.tflite_bytes() == original
+
+
+@pytest.mark.runtime
+def test_int8_model_runs_in_litert_and_keeps_accuracy():
+    import pydsz
+    from pydsz.data import bundled, load_npz
+    from pydsz.runtime import accuracy
+
+    original = bundled("lenet5_int8.tflite").read_bytes()
+    decoded = pydsz.load(pydsz.pack_model(original, "1q", layers="all")).tflite_bytes()
+    x, y = load_npz(bundled("fmnist_test.npz"))
+    assert abs(accuracy(original, x, y) - accuracy(decoded, x, y)) <= 0.01
+
+
+def test_int8_layer_refuses_an_absolute_bound():
+    import pydsz
+    from pydsz.data import bundled
+    from pydsz.errors import InputError
+
+    with pytest.raises(InputError, match="fc1 stores int8 weights: give its bound in quantization steps"):
+        pydsz.pack_model(bundled("lenet300_int8.tflite").read_bytes(), {"fc1": 0.01})
+
+
+def test_int8_info_shows_steps():
+    import pydsz
+    from pydsz.data import bundled
+
+    rows = pydsz.load(pydsz.pack_model(bundled("lenet300_int8.tflite").read_bytes(), {"fc2": "2q"})).info()["tensors"]
+    fc2 = next(r for r in rows if r["name"] == "fc2")
+    assert fc2["dtype"] == "int8" and fc2["error_bound"] == 2 and fc2["bound_unit"] == "steps"

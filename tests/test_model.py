@@ -277,18 +277,30 @@ def test_replace_shared_buffer_with_two_arrays_is_an_error():
 
 # ---- what is not compressible ----
 
-def test_int8_weights_are_kept_lossless():
-    data = build_tflite(
+def _int8_model():
+    return build_tflite(
         tensors=[{"shape": [1, 8]},
                  {"shape": [4, 8], "type": tflite.TensorType.INT8, "scale": 0.1,
-                  "data": np.arange(32, dtype=np.int8).tobytes()},
+                  "data": np.arange(-16, 16, dtype=np.int8).tobytes()},
                  {"shape": [1, 4]}],
         ops=[("FULLY_CONNECTED", [0, 1, -1], [2])], inputs=[0], outputs=[2])
-    (layer,) = TFLiteModel(data).layers()
-    assert not layer.compressible and "INT8" in layer.skip_reason
-    assert layer.bias is None
-    assert TFLiteModel(data).weight(layer).dtype == np.int8
-    assert TFLiteModel(data).weight_buffers() == []
+
+
+def test_int8_weights_are_compressible_and_read_dequantized():
+    model = TFLiteModel(_int8_model())
+    (layer,) = model.layers()
+    assert layer.compressible and layer.stored_dtype == "INT8" and layer.bias is None
+    assert model.stored(layer).dtype == np.int8
+    w = model.weight(layer)
+    assert w.dtype == np.float32 and np.allclose(w, np.arange(-16, 16).reshape(4, 8) * np.float32(0.1))
+
+
+def test_replace_quantizes_real_values_into_int8_weights():
+    model = TFLiteModel(_int8_model())
+    replaced = TFLiteModel(model.replace({"fc1": model.weight("fc1") + np.float32(0.04)}))
+    assert np.array_equal(replaced.stored("fc1"), model.stored("fc1"))  # 0.04 rounds back to the same step
+    clipped = TFLiteModel(model.replace({"fc1": np.full((4, 8), 1e6, np.float32)}))
+    assert (clipped.stored("fc1") == 127).all()
 
 
 def _float16_model(values, extra_ops=()):
