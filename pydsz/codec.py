@@ -269,6 +269,22 @@ def _output(out: Any, n: int, what: str, zeroed: bool, dtype_id: int = 1) -> np.
     return flat
 
 
+def decode_array_section(info: dict, data: np.ndarray, flat: np.ndarray) -> None:
+    """libdsz's decoder for an array frame's raw data section, into flat (the frame's dtype)."""
+    if info["dtype"] == 1:
+        _core.decompress_array(info, data, flat)
+    else:
+        _core.decompress_typed(info, data, flat.view(np.uint8), flat.itemsize)
+
+
+def decode_sparse_sections(info: dict, data: np.ndarray, index: np.ndarray, flat: np.ndarray) -> None:
+    """libdsz's fused decoder for a sparse frame's raw sections, into flat (zero-filled, the frame's dtype)."""
+    if info["dtype"] == 1:
+        _core.decode_sparse(info, data, index, flat)
+    else:
+        _core.decode_sparse_typed(info, data, index, flat.view(np.uint8), flat.itemsize)
+
+
 def decompress_array(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
     """Decode a compress_array stream (any bytes-like object) into an array of its shape and dtype,
     or into `out` (an array of that dtype and as many values, C order) without allocating one."""
@@ -277,10 +293,7 @@ def decompress_array(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
     data = _inflate(info["data_lossless"], u8[hs:hs + info["data_stored"]], info["data_raw"], "array stream")
     flat = _output(out, info["n_elements"], "decompress_array", zeroed=False, dtype_id=info["dtype"])
     try:
-        if info["dtype"] == 1:
-            _core.decompress_array(info, data, flat)
-        else:
-            _core.decompress_typed(info, data, flat.view(np.uint8), flat.itemsize)
+        decode_array_section(info, data, flat)
     except _core.CoreError as e:
         raise FormatError(f"array stream: data section: {e.name}") from None
     return flat.reshape(info["shape"])
@@ -384,10 +397,7 @@ def decode_sparse(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
     # the decoder writes the non-zeros only
     flat = _output(out, info["n_elements"], "decode_sparse", zeroed=True, dtype_id=info["dtype"])
     try:
-        if info["dtype"] == 1:
-            _core.decode_sparse(info, data, index, flat)
-        else:
-            _core.decode_sparse_typed(info, data, index, flat.view(np.uint8), flat.itemsize)
+        decode_sparse_sections(info, data, index, flat)
     except _core.CoreError as e:
         raise FormatError(f"sparse stream ({rows}x{cols}, nnz {info['nnz']}): {e.name}") from None
     return flat.reshape(rows, cols)

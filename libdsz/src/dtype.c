@@ -69,8 +69,8 @@ uint32_t dsz_f32_to_f16(float f)
     sign = (u >> 16) & 0x8000u;
     e = (u >> 23) & 0xffu;
     m = u & 0x7fffffu;
+    if (DSZ_LIKELY(e - 113u < 30u)) return sign | ((e - 112u) << 10) | (m >> 13); /* normal: the usual case */
     if (e == 0xff) return sign | 0x7c00u | (m >> 13) | (m && !(m >> 13)); /* a NaN stays a NaN */
-    if (e >= 113) return sign | ((e - 112u) << 10) | (m >> 13);
     if (e < 103) return sign; /* zero (no float16 value is smaller than 2^-24) */
     return sign | ((0x800000u | m) >> (126u - e));
 }
