@@ -127,8 +127,9 @@ size_t dsz_writeFrameHeader(void* dstv, size_t cap, const dsz_frameInfo* f)
         return DSZ_ERROR(parameter_unsupported);
     }
     g.nElements = n;
-    /* the oldest version that holds the frame, so that older readers keep reading float32 frames */
-    if (f->version != dsz_dtype_version(f->dtype)) return DSZ_ERROR(version_unsupported);
+    /* a version that holds the dtype (the encoders write the oldest one, so that older readers
+       keep reading float32 frames) */
+    if (f->version < dsz_dtype_version(f->dtype) || f->version > DSZ_FORMAT_VERSION) return DSZ_ERROR(version_unsupported);
     if (dsz_isError(dsz_frame_check(&g))) return DSZ_ERROR(parameter_outOfBound);
     if (cap < hs) return DSZ_ERROR(dstSize_tooSmall);
     memset(dst, 0, hs);
