@@ -137,6 +137,12 @@ def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
     return {layer.name: value if steps == _integer(layer) else 0.0 for layer in compressible}
 
 
+def stored_bounds(model, bounds: Mapping[str, float]) -> dict[str, Bound]:
+    """pack_model's bounds for per-layer numbers as assessment measures them: absolute for float
+    layers, whole steps for int8/uint8 ones (written "<k>q")."""
+    return {name: f"{int(b)}q" if _integer(model.layer(name)) else b for name, b in bounds.items()}
+
+
 def _layers(model, layers: str) -> list:
     kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}.get(layers)
     if kinds is None:

@@ -186,7 +186,7 @@ def compress(
         if m.risk(margin) + slack > allowed and max_size is None and not lossless:
             bounds = _tighten(evaluator, decoded, table, bounds, allowed - slack, m.risk(margin), margin)
             continue
-        dsz = container.pack_model(data, bounds, layers=layers)
+        dsz = container.pack_model(data, container.stored_bounds(model, bounds), layers=layers)
         top1_after = runtime.accuracy(container.load(dsz).tflite_bytes(), x, y, num_threads=num_threads)
         attempt["measured_drop"] = measured = int(round(top1_before * n)) - int(round(top1_after * n))
         if measured <= allowed or max_size is not None or lossless:

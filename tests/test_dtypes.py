@@ -322,3 +322,19 @@ def test_int8_info_shows_steps():
     rows = pydsz.load(pydsz.pack_model(bundled("lenet300_int8.tflite").read_bytes(), {"fc2": "2q"})).info()["tensors"]
     fc2 = next(r for r in rows if r["name"] == "fc2")
     assert fc2["dtype"] == "int8" and fc2["error_bound"] == 2 and fc2["bound_unit"] == "steps"
+
+
+@pytest.mark.runtime
+def test_int8_model_compresses_under_an_accuracy_budget_in_steps():
+    """Assessment measures int8 layers at whole steps (0, 1, 2, ...) and the pipeline packs them as such."""
+    import pydsz
+    from pydsz.data import bundled, load_npz
+    from pydsz.pipeline import compress
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    result = compress(bundled("lenet300_int8.tflite").read_bytes(), x[:1000], y[:1000], 0.01)
+    assert all(p.bound == int(p.bound) for points in result.curves.values() for p in points)
+    assert [p.bound for p in result.curves["fc1"]][:4] == [0, 1, 2, 3]
+    assert result.top1_before - result.top1_after <= 0.01 + 1e-9
+    entries = {e.name: e for e in pydsz.load(result.dsz).entries}
+    assert entries and all(e.dtype == "int8" and e.error_bound == int(e.error_bound) for e in entries.values())
