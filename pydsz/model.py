@@ -26,7 +26,11 @@ __all__ = ["Layer", "Op", "Tensor", "TFLiteModel", "WeightBuffer"]
 _IDENTIFIER = b"TFL3"
 _SCHEMA_VERSION = 3
 
-KINDS = {"FULLY_CONNECTED": "fc", "CONV_2D": "conv", "DEPTHWISE_CONV_2D": "conv"}
+KINDS = {"FULLY_CONNECTED": "fc", "CONV_2D": "conv", "DEPTHWISE_CONV_2D": "conv", "TRANSPOSE_CONV": "conv"}
+# where an op's data input and bias are (the weight is input 1 of all of them): TRANSPOSE_CONV reads
+# (output shape, weights, input[, bias])
+_DATA_INPUT = {"TRANSPOSE_CONV": 2}
+_BIAS_INPUT = {"TRANSPOSE_CONV": 3}
 # stored dtypes of compressible weights (float16: behind a DEQUANTIZE op; int8/uint8: quantized)
 _STORED_TYPES = ("FLOAT32", "FLOAT16", "INT8", "UINT8")
 INTEGER_TYPES = ("INT8", "UINT8")
@@ -86,9 +90,10 @@ class Op:
 
 @dataclass(frozen=True)
 class Layer:
-    """One FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D op of subgraph 0 and where its weights live."""
+    """One FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV op of subgraph 0 and where its
+    weights live."""
 
-    name: str  # fc1, fc2, ... / conv1, conv2, ... in execution order
+    name: str  # fc1, fc2, ... / conv1, conv2, ... (every kind of convolution) in execution order
     kind: str  # "fc" or "conv"
     op: str  # the builtin operator name
     op_index: int
@@ -295,9 +300,10 @@ class TFLiteModel:
             if offset < 0:
                 offset, nbytes = -1, 0
             reason = self._skip_reason(w, stored, nbytes, weight_tensors)
-            bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+            b = _BIAS_INPUT.get(op.name, 2)
+            bias = op.inputs[b] if len(op.inputs) > b and op.inputs[b] >= 0 else None
             result.append(Layer(
-                name=name, kind=kind, op=op.name, op_index=op.index, input=op.inputs[0],
+                name=name, kind=kind, op=op.name, op_index=op.index, input=op.inputs[_DATA_INPUT.get(op.name, 0)],
                 output=op.outputs[0], weight=w.index, bias=bias,
                 activation=op.options.get("activation", "NONE"), shape=w.shape, dtype=w.type,
                 buffer=stored.buffer if stored is not None else 0, offset=offset, nbytes=nbytes,

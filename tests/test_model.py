@@ -418,3 +418,15 @@ def test_corrupt_bytes_give_a_format_error_or_a_model(edits):
     for layer in model.layers(kinds=("fc", "conv")):
         if layer.compressible:
             assert model.weight(layer).nbytes == layer.nbytes
+
+
+def test_transpose_conv_weights_behind_dequantize_are_a_conv_layer():
+    kernel = np.arange(2 * 3 * 3 * 4, dtype=np.float32).reshape(2, 3, 3, 4) / 50
+    data = build_tflite(
+        tensors=[{"shape": [4], "type": tflite.TensorType.INT32, "data": np.array([1, 8, 8, 2], np.int32).tobytes()},
+                 {"shape": [2, 3, 3, 4], "type": tflite.TensorType.FLOAT16, "data": kernel.astype(np.float16).tobytes()},
+                 {"shape": [2, 3, 3, 4]}, {"shape": [1, 4, 4, 4]}, {"shape": [1, 8, 8, 2]}],
+        ops=[("DEQUANTIZE", [1], [2]), ("TRANSPOSE_CONV", [0, 2, 3], [4])], inputs=[3], outputs=[4])
+    (layer,) = TFLiteModel(data).layers(kinds=("conv",))
+    assert layer.name == "conv1" and layer.op == "TRANSPOSE_CONV" and layer.compressible
+    assert layer.input == 3 and layer.bias is None and layer.stored_dtype == "FLOAT16"
