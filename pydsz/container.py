@@ -371,7 +371,8 @@ class DszModel:
             if place is not None:
                 _decode_tensor(e, out=place)
             else:
-                out[e.offset:e.offset + e.nbytes].view(_decode_tensor(e).dtype)[:] = _decode_tensor(e).reshape(-1)
+                w = _decode_tensor(e)
+                out[e.offset:e.offset + e.nbytes].view(w.dtype)[:] = w.reshape(-1)
 
     def inflate_rest(self, out: np.ndarray) -> None:
         """Inflate the lossless rest of the model into out (uint8[model_bytes]), all but the bytes of
