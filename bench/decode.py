@@ -15,6 +15,10 @@ state alone moves np.full of these 234 MB between 50 ms and over a second on a s
 Peak memory is measured in a fresh process that reads the file and decodes it: the growth of its
 peak RSS over its RSS before reading, against the decoded model plus the file.
 
+Stored dtypes: the same layers stored as float16 (behind DEQUANTIZE, the converter's float16 option)
+at bound 1e-3 and as int8 (per-tensor scale, max|w|/127) at 1 step, decoded into the model's bytes,
+against numpy filling the same number of values of that dtype (np.full), timed alternately.
+
 Targets (the project's edge-decoding issue): pydsz within 2.5x of (a); at least 3x faster than (b);
 peak no more than the decoded model plus the file plus 10%. DeepSZ reports 296 ms on an i7-8750H
 (26 ms lossless, 108 ms SZ, 162 ms reconstruction).
@@ -82,6 +86,47 @@ def fc_model(weights) -> bytes:
                     {"shape": [1, w.shape[0]]}]
         ops.append(("FULLY_CONNECTED", [x, x + 1, x + 2], [x + 3]))
     return build_tflite(tensors, ops, inputs=[0], outputs=[len(tensors) - 1])
+
+
+def typed_model(weights, dtype: str) -> bytes:
+    """The FC layers with their weights stored as float16 (each read through a DEQUANTIZE op) or int8."""
+    import tflite
+
+    tensors = [{"shape": [1, weights[0].shape[1]]}]
+    ops = []
+    for w in weights:
+        x = len(tensors) - 1
+        if dtype == "float16":
+            tensors += [{"shape": list(w.shape), "type": tflite.TensorType.FLOAT16, "data": w.astype(np.float16).tobytes()},
+                        {"shape": list(w.shape)}]
+            ops.append(("DEQUANTIZE", [x + 1], [x + 2]))
+        else:
+            scale = float(np.abs(w).max()) / 127
+            tensors += [{"shape": list(w.shape), "type": tflite.TensorType.INT8, "scale": scale,
+                         "data": np.clip(np.rint(w / scale), -127, 127).astype(np.int8).tobytes()}]
+        weight = len(tensors) - 1
+        tensors += [{"shape": [w.shape[0]], "data": np.zeros(w.shape[0], np.float32).tobytes()},
+                    {"shape": [1, w.shape[0]]}]
+        ops.append(("FULLY_CONNECTED", [x, weight, weight + 1], [weight + 2]))
+    return build_tflite(tensors, ops, inputs=[0], outputs=[len(tensors) - 1])
+
+
+def bench_dtypes(weights, repeat: int) -> list:
+    """Decoding the layers stored as float16 and as int8 into the model's bytes, against np.full of
+    as many values of that dtype."""
+    shapes = [w.shape for w in weights]
+    rows = []
+    for dtype, bound in (("float16", 1e-3), ("int8", "1q")):
+        model = typed_model(weights, dtype)
+        packed = pydsz.pack_model(model, bound)
+        best = best_times({
+            "pydsz": lambda: pydsz.load(packed).tflite_bytes(),
+            "np_full": lambda: [np.full(s, 1, dtype) for s in shapes],
+        }, repeat)
+        info = pydsz.load(packed).info()["compressed_tensors"]
+        rows.append({"dtype": dtype, "bound": str(bound), "model_bytes": len(model), "file_bytes": len(packed),
+                     "ratio": info["ratio"], "time_s": best, "vs_fill": best["pydsz"] / best["np_full"]})
+    return rows
 
 
 def sz3_file(values: np.ndarray, bound: float) -> bytes:
@@ -239,8 +284,18 @@ def print_results(rows: list, repeat: int) -> None:
          for r in rows]))
 
 
-def check_targets(rows: list) -> list:
-    checks = []
+def print_dtypes(rows: list, repeat: int) -> None:
+    print(f"\nstored dtypes: decoding into the model's bytes against np.full of as many values of the dtype "
+          f"(ms; best of {repeat}, alternating)")
+    print(format_table(["dtype", "bound", "model MB", "file MB", "ratio", "pydsz", "np.full", "pydsz/np.full"],
+                       [[r["dtype"], r["bound"], f"{r['model_bytes'] / 1e6:.1f}", f"{r['file_bytes'] / 1e6:.2f}",
+                         f"{r['ratio']:.1f}x", f"{1e3 * r['time_s']['pydsz']:.0f}",
+                         f"{1e3 * r['time_s']['np_full']:.0f}", f"{r['vs_fill']:.2f}x"] for r in rows]))
+
+
+def check_targets(rows: list, dtype_rows: list = ()) -> list:
+    checks = [(f"{r['dtype']} decoding within {TARGETS['vs_fill']}x of np.full of {r['dtype']}",
+               r["vs_fill"] <= TARGETS["vs_fill"], f"{r['vs_fill']:.2f}x") for r in dtype_rows]
     for r in rows:
         b = f"{r['bound']:g}"
         checks += [
@@ -304,13 +359,15 @@ def main() -> int:
           f"{dense / 1e6:.1f} MB dense, model {len(model) / 1e6:.1f} MB\n")
     rows = [bench_bound(model, weights, b, args.repeat, Path(args.tmp)) for b in bounds]
     print_results(rows, args.repeat)
+    dtype_rows = bench_dtypes(weights, args.repeat)
+    print_dtypes(dtype_rows, args.repeat)
 
     print()
-    checks = check_targets(rows)
+    checks = check_targets(rows, dtype_rows)
     for name, ok, detail in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
     result = {"machine": info, "layers": LAYERS, "scale": SCALE, "dense_bytes": dense, "repeat": args.repeat,
-              "deepsz_ms": DEEPSZ_MS, "targets": TARGETS, "results": rows,
+              "deepsz_ms": DEEPSZ_MS, "targets": TARGETS, "results": rows, "dtypes": dtype_rows,
               "checks": [{"name": n, "pass": ok, "detail": d} for n, ok, d in checks]}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2))

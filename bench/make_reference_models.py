@@ -12,6 +12,14 @@ What it writes into pydsz/data/:
   fmnist_val.npz       the validation split: the last 5,000 training images (x uint8 [N, 28, 28], y uint8 [N]).
   fmnist_test.npz      the 10,000 test images (t10k), same layout.
 
+With --dtypes it instead converts the trained lenet300/lenet5 above (their weights read back from
+the .tflite files, no training) with the converter's other options, as models are shipped:
+  lenet300_f16.tflite, lenet5_f16.tflite    float16 weights (Optimize.DEFAULT + supported_types
+                       float16): each weight a float16 constant read through a DEQUANTIZE op.
+  lenet300_int8.tflite, lenet5_int8.tflite  full-integer quantization (int8 weights and activations,
+                       per-channel weight scales where the converter uses them; float32 input and
+                       output), calibrated on 500 validation images.
+
 All models are float32 (no quantization) with a dynamic batch dimension (shape_signature -1), so that
 an interpreter can resize the input to any batch. The 1/255 scaling stays a MUL op in the file (see
 pixel_scaling), so every stored weight tensor holds the trained weights. Training uses the first 55,000
@@ -159,13 +167,62 @@ def shared_fc_weight_buffers(content: bytes) -> list[int]:
     return found
 
 
+def load_trained(model: tf.keras.Model, content: bytes) -> None:
+    """Set a Keras model's weights from its float32 .tflite (layers in execution order)."""
+    from pydsz.model import TFLiteModel
+
+    tfl = TFLiteModel(content)
+    layers = tfl.layers(kinds=("fc", "conv"))
+    keras_layers = [layer for layer in model.layers if layer.get_weights()]
+    if len(layers) != len(keras_layers):
+        raise SystemExit(f"{model.name}: {len(layers)} layers in the .tflite, {len(keras_layers)} in Keras")
+    for layer, keras_layer in zip(layers, keras_layers):
+        w = np.array(tfl.weight(layer))
+        kernel = w.T if layer.kind == "fc" else w.transpose(1, 2, 3, 0)  # [out, in] / OHWI -> Keras
+        keras_layer.set_weights([kernel, np.array(tfl.constant(layer.bias))])
+
+
+def convert_dtype(model: tf.keras.Model, dtype: str, calibration: np.ndarray) -> bytes:
+    """The model converted with float16 weights or full-integer int8 quantization."""
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if dtype == "f16":
+        converter.target_spec.supported_types = [tf.float16]
+    else:
+        converter.representative_dataset = lambda: ([x[None]] for x in calibration)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    return bytes(converter.convert())
+
+
+def make_dtypes(out: Path) -> None:
+    (_, _), (x_val, _) = split_validation(*fashion_mnist("train"))
+    x_test, y_test = fashion_mnist("test")
+    print(f"{'file':<22}{'bytes':>10}{'test top-1':>12}{'float32 top-1':>15}")
+    for name, build, shape in (("lenet300", lenet300, (784,)), ("lenet5", lenet5, (28, 28, 1))):
+        float32 = (out / f"{name}.tflite").read_bytes()
+        model = build()
+        load_trained(model, float32)
+        base = float(np.mean(litert_predict(float32, x_test).argmax(1) == y_test))
+        calibration = x_val[:500].reshape(-1, *shape).astype(np.float32)
+        for dtype in ("f16", "int8"):
+            content = convert_dtype(model, dtype, calibration)
+            (out / f"{name}_{dtype}.tflite").write_bytes(content)
+            acc = float(np.mean(litert_predict(content, x_test).argmax(1) == y_test))
+            print(f"{name + '_' + dtype + '.tflite':<22}{len(content):>10}{acc:>12.4f}{base:>15.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "pydsz" / "data", help="output directory")
     parser.add_argument("--epochs300", type=int, default=20)
     parser.add_argument("--epochs5", type=int, default=12)
+    parser.add_argument("--dtypes", action="store_true",
+                        help="only convert the trained models to float16 and int8 (no training)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.dtypes:
+        make_dtypes(args.out)
+        return
     tf.keras.utils.set_random_seed(SEED)
     tf.config.experimental.enable_op_determinism()
 

@@ -42,7 +42,7 @@ def _values_alone(info: dict) -> dict:
 
 
 def _decode_timed(e, place: np.ndarray, stages: Stages) -> None:
-    """Decode tensor e into place (float32, e.shape), adding each stage's time to stages."""
+    """Decode tensor e into place (its stored dtype, e.shape), adding each stage's time to stages."""
     sparse = e.representation == "sparse"
     what = f"tensor {e.name}"
     t0 = time.perf_counter()
@@ -56,16 +56,16 @@ def _decode_timed(e, place: np.ndarray, stages: Stages) -> None:
     flat = place.reshape(-1)
     # written once before the clock starts, so that the measuring pass pays no page faults the
     # fused pass (writing into the already inflated model) does not pay either
-    scratch = np.zeros(info["nnz"], np.float32) if sparse else None
+    scratch = np.zeros(info["nnz"], flat.dtype) if sparse else None
     try:
         t2 = time.perf_counter()
         if sparse:
-            _core.decompress_array(_values_alone(info), data, scratch)
+            codec.decode_array_section(_values_alone(info), data, scratch)
             t3 = time.perf_counter()
             flat.fill(0)
-            _core.decode_sparse(info, data, index, flat)
+            codec.decode_sparse_sections(info, data, index, flat)
         else:
-            _core.decompress_array(info, data, flat)
+            codec.decode_array_section(info, data, flat)
             t3 = time.perf_counter()
         t4 = time.perf_counter()
     except _core.CoreError as exc:
@@ -85,7 +85,7 @@ def _fill_timed(model: DszModel, out: np.ndarray, stages: Stages) -> None:
     for e in model.entries:
         place = tensor_place(out, e)
         if place is None:
-            raise FormatError(f"tensor {e.name}: offset {e.offset} is not a multiple of 4; "
+            raise FormatError(f"tensor {e.name}: offset {e.offset} is not a multiple of {e.itemsize}; "
                               "decode it with DszModel.tflite_bytes()")
         _decode_timed(e, place, stages)
 

@@ -49,10 +49,20 @@ cdef extern from "dsz.h" nogil:
                                  unsigned indexCodec)
     size_t dsz_decodeSparse(float* dst, size_t cap, const dsz_frameInfo* info,
                             const void* data, size_t dataSize, const void* index, size_t indexSize)
+    size_t dsz_compressTyped(void* dst, size_t cap, const void* src, unsigned dtype,
+                             const unsigned long long* shape, unsigned ndim, const dsz_params* params)
+    size_t dsz_decompressArrayTyped(void* dst, size_t cap, const dsz_frameInfo* info,
+                                    const void* data, size_t dataSize)
+    size_t dsz_encodeSparseTyped(void* dst, size_t cap, const void* w, unsigned dtype, size_t rows,
+                                 size_t cols, const dsz_params* params, unsigned indexCodec)
+    size_t dsz_decodeSparseTyped(void* dst, size_t cap, const dsz_frameInfo* info,
+                                 const void* data, size_t dataSize, const void* index, size_t indexSize)
 
 KIND_ARRAY = 1
 KIND_SPARSE = 2
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# frame dtype ids and their numpy types (little-endian)
+DTYPES = {1: "<f4", 2: "<f2", 3: "i1", 4: "u1"}
 VERSION_NUMBER = dsz_versionNumber()
 
 
@@ -105,6 +115,33 @@ def compress(const float[::1] x, tuple shape, double eb, double user, unsigned m
     try:
         with nogil:
             r = dsz_compress(dst, cap, src, cshape, ndim, &p)
+        check(r, "compress")
+        return take(dst, r)
+    finally:
+        free(dst)
+
+
+def compress_typed(const uint8_t[::1] raw, unsigned dtype, unsigned itemsize, tuple shape, double eb,
+                   double user, unsigned mode, unsigned predictor, unsigned radius):
+    """Array frame (sections raw) of the values of dtype in raw (C order, little-endian)."""
+    cdef unsigned long long cshape[8]
+    cdef unsigned ndim = len(shape), i
+    cdef dsz_params p
+    cdef size_t n = raw.shape[0] // itemsize, cap, r
+    cdef uint8_t* dst
+    cdef const uint8_t* src = &raw[0] if raw.shape[0] else NULL
+    if ndim > 8:
+        raise ValueError(f"at most 8 dimensions are supported, got {ndim}")
+    for i in range(ndim):
+        cshape[i] = shape[i]
+    fill_params(&p, eb, user, mode, predictor, radius)
+    cap = check(dsz_compressBound(n, radius), "compressBound")
+    dst = <uint8_t*>malloc(cap)
+    if dst == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            r = dsz_compressTyped(dst, cap, src, dtype, cshape, ndim, &p)
         check(r, "compress")
         return take(dst, r)
     finally:
@@ -181,6 +218,54 @@ def decompress_array(dict info, const uint8_t[::1] data, float[::1] out):
     with nogil:
         r = dsz_decompressArray(dst, cap, &f, src, size)
     check(r, "data section")
+
+
+def decompress_typed(dict info, const uint8_t[::1] data, uint8_t[::1] out, unsigned itemsize):
+    """Decode an array frame's raw data section into out: the bytes of its values in the frame's dtype."""
+    cdef dsz_frameInfo f
+    cdef size_t r, size = data.shape[0], cap = out.shape[0] // itemsize
+    cdef const uint8_t* src = &data[0] if size else NULL
+    cdef uint8_t* dst = &out[0] if out.shape[0] else NULL
+    to_info(info, &f)
+    with nogil:
+        r = dsz_decompressArrayTyped(dst, cap, &f, src, size)
+    check(r, "data section")
+
+
+def encode_sparse_typed(const uint8_t[::1] raw, unsigned dtype, size_t rows, size_t cols, double eb,
+                        double user, unsigned mode, unsigned predictor, unsigned radius, unsigned index_codec):
+    """Sparse frame (sections raw) of the rows x cols values of dtype in raw (C order, little-endian)."""
+    cdef dsz_params p
+    cdef size_t cap, r
+    cdef const uint8_t* src = &raw[0] if raw.shape[0] else NULL
+    cdef uint8_t* dst
+    fill_params(&p, eb, user, mode, predictor, radius)
+    cap = check(dsz_sparseBound(rows, cols, rows * cols, radius), "sparseBound")
+    dst = <uint8_t*>malloc(cap)
+    if dst == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            r = dsz_encodeSparseTyped(dst, cap, src, dtype, rows, cols, &p, index_codec)
+        check(r, "encodeSparse")
+        return take(dst, r)
+    finally:
+        free(dst)
+
+
+def decode_sparse_typed(dict info, const uint8_t[::1] data, const uint8_t[::1] index, uint8_t[::1] out,
+                        unsigned itemsize):
+    """Scatter a sparse frame's raw sections into out (the bytes of its values in the frame's dtype),
+    which must be zero-filled."""
+    cdef dsz_frameInfo f
+    cdef size_t r, ds = data.shape[0], isz = index.shape[0], cap = out.shape[0] // itemsize
+    cdef const uint8_t* dp = &data[0] if ds else NULL
+    cdef const uint8_t* ip = &index[0] if isz else NULL
+    cdef uint8_t* dst = &out[0] if out.shape[0] else NULL
+    to_info(info, &f)
+    with nogil:
+        r = dsz_decodeSparseTyped(dst, cap, &f, dp, ds, ip, isz)
+    check(r, "sparse sections")
 
 
 def encode_sparse(const float[:, ::1] w, double eb, double user, unsigned mode, unsigned predictor,

@@ -29,6 +29,8 @@ from pydsz.model import TFLiteModel
 FIRST_BOUND = 1e-4
 # Refinement splits a ladder step (factor 2) into this many geometric sub-steps.
 REFINE_STEPS = 4
+# int8/uint8 weights: bounds in quantization steps, every one up to 4, then about x1.5 apart
+STEP_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 255)
 # The zstd level the container stores lossless tensors with (the `bound 0` option's size).
 LOSSLESS_LEVEL = 19
 
@@ -73,30 +75,41 @@ class Measure:
 
 def _matrix(w: np.ndarray) -> np.ndarray:
     """A weight tensor as the sparse codec stores it: [first axis, the rest]."""
-    return np.ascontiguousarray(w, dtype=np.float32).reshape(w.shape[0] if w.ndim else 1, -1)
+    return codec.stored_array(w).reshape(w.shape[0] if w.ndim else 1, -1)
 
 
 def encode_weight(w: np.ndarray, bound: float,
                   pattern: Optional[codec.SparseIndex] = None) -> tuple[np.ndarray, int, int, int]:
     """What the container does to a weight tensor: (decoded values, stream bytes, data, index bytes).
 
-    Bound 0 keeps it lossless (zstd, as the container stores it). A tensor that is mostly non-zero
+    The bound is absolute for float weights and in quantization steps for int8/uint8 ones (which
+    are decoded to their integers). Bound 0 keeps it lossless (zstd, as the container stores it;
+    integers: their entropy coding where smaller). A tensor that is mostly non-zero
     may go to the dense codec when that is smaller, as the container decides. pattern: the
     tensor's codec.sparse_index, when it is encoded at many bounds (the same answers, faster).
     """
-    w = np.ascontiguousarray(w, dtype=np.float32)
+    w = codec.stored_array(w)  # float16 and int8 weights are encoded as the model stores them
     if bound == 0:
-        raw = w.tobytes()
-        size = len(zstandard.ZstdCompressor(level=LOSSLESS_LEVEL).compress(raw))
-        return w, size, size, 0
+        size = len(zstandard.ZstdCompressor(level=LOSSLESS_LEVEL).compress(w.tobytes()))
+        if w.dtype.kind == "f":
+            return _as_weight(w, w), size, size, 0
     stream = codec.encode_sparse(_matrix(w), bound, index=pattern)
-    if np.count_nonzero(w) > w.size // 2:
-        dense = codec.compress_array(w, bound)
-        if len(dense) < len(stream):
-            return np.asarray(codec.decompress_array(dense), np.float32).reshape(w.shape), len(dense), len(dense), 0
-    info = codec.sparse_info(stream)
-    decoded = np.asarray(codec.decode_sparse(stream), np.float32).reshape(w.shape)
-    return decoded, len(stream), int(info["data_bytes"]), int(info["index_bytes"])
+    dense = codec.compress_array(w, bound) if np.count_nonzero(w) > w.size // 2 else None
+    if dense is not None and len(dense) < len(stream):
+        decoded, sizes = codec.decompress_array(dense), (len(dense), len(dense), 0)
+    else:
+        info = codec.sparse_info(stream)
+        decoded, sizes = codec.decode_sparse(stream), (len(stream), int(info["data_bytes"]), int(info["index_bytes"]))
+    if bound == 0 and size <= sizes[0]:  # integers: the container keeps the smaller of the two
+        sizes = (size, size, 0)
+    return _as_weight(decoded, w), *sizes
+
+
+def _as_weight(decoded: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Decoded values as the evaluator takes them: float32 (float16 widened exactly), or the stored
+    integers, which TFLiteModel.replace() writes as they are."""
+    decoded = decoded.reshape(w.shape)
+    return decoded.astype(np.float32, copy=False) if decoded.dtype.kind == "f" else decoded
 
 
 @dataclass(frozen=True)
@@ -175,7 +188,7 @@ class Evaluator:
         for name, bound in bounds.items():
             if bound > 0:
                 if (name, bound) not in self._decoded:
-                    self._decoded[name, bound] = encode_weight(self.model.weight(name), bound)[0]
+                    self._decoded[name, bound] = encode_weight(self.model.stored(name), bound)[0]
                 out[name] = self._decoded[name, bound]
         return out
 
@@ -286,7 +299,6 @@ def assess_layer(
     clearly beyond, with margin for noise (a single point may overshoot and the next fall back).
     """
     stop = max(2 * budget, budget + 10) if evaluator.metric.discrete else 2 * budget
-    top = 2 * float(np.max(np.abs(weight))) if weight.size else FIRST_BOUND
     # the index section depends on where the non-zeros are, not on the bound: chosen once
     pattern = codec.sparse_index(_matrix(weight))
 
@@ -299,6 +311,13 @@ def assess_layer(
         return point
 
     points = [measure(0.0)]
+    if weight.dtype.kind in "iu":  # int8/uint8 weights: bounds in whole quantization steps
+        for steps in STEP_LADDER:
+            points.append(measure(float(steps)))
+            if points[-1].loss > stop:
+                break
+        return points
+    top = 2 * float(np.max(np.abs(weight))) if weight.size else FIRST_BOUND
     bound = FIRST_BOUND
     while True:
         points.append(measure(bound))
@@ -316,7 +335,7 @@ def assess_layer(
 
 def assess_one(evaluator: Evaluator, name: str, budget: float) -> list[Point]:
     """assess_layer for one of the evaluator's model's layers (an executor's task)."""
-    return assess_layer(evaluator, name, np.asarray(evaluator.model.weight(name)), budget)
+    return assess_layer(evaluator, name, np.asarray(evaluator.model.stored(name)), budget)
 
 
 def assess(evaluator: Evaluator, layer_names: Sequence[str], budget: float, progress: bool = False,

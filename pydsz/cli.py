@@ -14,19 +14,26 @@ import sys
 from .errors import DszError, InputError
 
 
+def _bound(value: str):
+    """A number, or a number of quantization steps for int8/uint8 layers ("2q", kept as text)."""
+    value = value.strip()
+    return value if value.lower().endswith("q") and value[:-1].isdigit() else float(value)
+
+
 def _bounds(text: str):
-    """`0.005` (every layer) or `fc1=0.005,fc2=0.01` (per layer)."""
+    """`0.005` or `2q` (every layer of that kind) or `fc1=0.005,fc2=2q` (per layer)."""
     try:
         if "=" not in text:
-            return float(text)
+            return _bound(text)
         bounds = {}
         for item in text.split(","):
             name, _, value = item.partition("=")
-            bounds[name.strip()] = float(value)
+            bounds[name.strip()] = _bound(value)
         return bounds
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"invalid error bound {text!r}: give a number (0.005) or name=value pairs (fc1=0.005,fc2=0.01)"
+            f"invalid error bound {text!r}: give a number (0.005), steps for int8 layers (2q) or name=value "
+            "pairs (fc1=0.005,fc2=2q)"
         ) from None
 
 
@@ -39,10 +46,12 @@ def _print_info(info: dict) -> None:
 
     rows = []
     for t in info["tensors"]:
-        rows.append([t["name"], "x".join(map(str, t["shape"])), f"{t.get('density', 1.0):.3f}",
-                     f"{t['error_bound']:g}", t.get("data_bytes", "-"), t.get("index_bytes", "-"),
+        bound = f"{t['error_bound']:g}" + ("q" if t.get("bound_unit") == "steps" else "")
+        rows.append([t["name"], "x".join(map(str, t["shape"])), t.get("dtype", "float32"),
+                     f"{t.get('density', 1.0):.3f}", bound, t.get("data_bytes", "-"), t.get("index_bytes", "-"),
                      t["original_bytes"], t["compressed_bytes"], f"{t['ratio']:.1f}x"])
-    print(format_table(["tensor", "shape", "density", "bound", "data B", "index B", "original B",
+    # stored B: the tensor's bytes as the model stores them (2 per float16 value, 1 per int8 one)
+    print(format_table(["tensor", "shape", "dtype", "density", "bound", "data B", "index B", "stored B",
                         "compressed B", "ratio"], rows))
     total = info["compressed_tensors"]
     ratio = f"{total['ratio']:.1f}x" if total["ratio"] else "-"
@@ -413,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Compress a .tflite model's weight tensors with given absolute error bounds.")
     p.add_argument("model", help="input .tflite model")
     p.add_argument("--error-bound", "-e", type=_bounds, required=True,
-                   help="absolute bound for every layer (0.005) or per layer (fc1=0.005,fc2=0.01); 0 keeps a layer lossless")
+                   help="absolute bound for every float layer (0.005), quantization steps for every int8 layer "
+                        "(2q), or per layer (fc1=0.005,fc2=2q); 0 keeps a layer lossless")
     p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
                    help="which layers' weights to compress (default: fc, as in DeepSZ)")
     p.add_argument("-o", "--output", required=True, help="output .dsz file")

@@ -1,4 +1,9 @@
-"""Error-bounded codecs for float32 arrays and pruned (sparse) weight matrices.
+"""Error-bounded codecs for weight arrays and pruned (sparse) weight matrices.
+
+Values may be float32, float16, int8 or uint8 (the dtype a tensor is stored in): the bound holds
+for the values in that dtype, after the rounding to it. For int8 and uint8 the bound is a number
+of quantization steps k (an integer, 0 = lossless): every decoded integer is within k of the
+original, so the real value is within k * scale of its channel.
 
 libdsz (through pydsz._core) does prediction, quantization and entropy coding and writes
 frames whose sections are raw; this module checks arguments, handles numpy layouts and
@@ -19,7 +24,7 @@ import zstandard
 from pydsz import _core
 from pydsz.errors import DszError, FormatError
 
-__all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse", "sparse_info"]
+__all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse", "sparse_info", "stored_array"]
 
 MODES = {"abs": 0, "rel": 1}
 PREDICTORS = {"none": 0, "lorenzo": 1, "auto": 255}
@@ -32,26 +37,57 @@ _CHUNK = 1 << 20
 BITMAP_MIN_GAIN = 0.97
 
 
+# the frame's dtype ids (doc/format.md) by numpy dtype
+DTYPE_IDS = {np.dtype(np.float32): 1, np.dtype(np.float16): 2, np.dtype(np.int8): 3, np.dtype(np.uint8): 4}
+DTYPE_NAMES = {1: "float32", 2: "float16", 3: "int8", 4: "uint8"}
+_INTEGER_IDS = (3, 4)
+MAX_STEPS = 255
+
+
 # ---- argument checking ----
 
-def _check_float32(x: Any, what: str) -> np.ndarray:
+def _check_values(x: Any, what: str) -> tuple[np.ndarray, int]:
+    """The array (little-endian) and its frame dtype id."""
     a = np.asarray(x)
-    if a.dtype != np.float32:
-        raise ValueError(
-            f"{what}: only float32 is supported, got {a.dtype}; cast with x.astype(numpy.float32)")
-    return a
+    dtype_id = DTYPE_IDS.get(a.dtype)  # a big-endian array is none of them
+    if dtype_id is None:
+        raise ValueError(f"{what}: float32, float16, int8 or uint8 values are supported, got {a.dtype}; "
+                         "cast with x.astype(numpy.float32)")
+    return a, dtype_id
 
 
-def _check_bound(error_bound: Any, mode: str) -> float:
+def _check_bound(error_bound: Any, mode: str, dtype_id: int = 1) -> float:
     if mode not in MODES:
         raise ValueError(f"mode must be 'abs' or 'rel', got {mode!r}")
     try:
         eb = float(error_bound)
     except (TypeError, ValueError):
         raise ValueError(f"error_bound must be a number, got {error_bound!r}") from None
+    if dtype_id in _INTEGER_IDS:
+        if mode != "abs" or not 0 <= eb <= MAX_STEPS or eb != int(eb):
+            raise ValueError(f"error_bound {error_bound!r} of {DTYPE_NAMES[dtype_id]} values must be a whole "
+                             f"number of quantization steps in 0..{MAX_STEPS} (mode 'abs')")
+        return eb
     if not math.isfinite(eb) or eb <= 0:
         raise ValueError(f"error_bound {error_bound!r} must be finite and > 0")
     return eb
+
+
+def stored_array(w: Any) -> np.ndarray:
+    """w, C-contiguous, in the dtype the codecs store it in: float16, int8 and uint8 stay as they
+    are, anything else becomes float32."""
+    a = np.asarray(w)
+    return np.ascontiguousarray(a, dtype=a.dtype if DTYPE_IDS.get(a.dtype, 1) != 1 else np.float32)
+
+
+def _frame_bound(eb: float, dtype_id: int) -> float:
+    """The bound a frame holds: k steps of an integer dtype are the bound k + 1/2 (an odd step 2k + 1)."""
+    return eb + 0.5 if dtype_id in _INTEGER_IDS else eb
+
+
+def frame_steps(info: dict) -> float:
+    """What a frame's bound means to its user: the absolute bound, or the steps of an integer dtype."""
+    return info["error_bound"] - 0.5 if info["dtype"] in _INTEGER_IDS else info["error_bound"]
 
 
 def _check_choice(value: str, choices: dict, what: str) -> int:
@@ -184,18 +220,25 @@ def _gap8_wrappers(size: int) -> tuple:
 
 def compress_array(x: Any, error_bound: float, mode: str = "abs", *, predictor: str = "auto",
                    radius: int = 32768) -> bytes:
-    """Compress a float32 array of any shape and layout so that every finite value decodes
-    within the bound (absolute, or relative to the value range in mode 'rel'); NaN and Inf
-    round-trip exactly."""
-    a = _check_float32(x, "compress_array")
-    eb = _check_bound(error_bound, mode)
+    """Compress an array (float32, float16, int8 or uint8) of any shape and layout so that every
+    finite value decodes within the bound (absolute, or relative to the value range in mode 'rel';
+    int8/uint8: whole steps, 0 = lossless) after the rounding to its dtype; NaN and Inf round-trip
+    exactly."""
+    a, dtype_id = _check_values(x, "compress_array")
+    eb = _check_bound(error_bound, mode, dtype_id)
     pred = _check_choice(predictor, PREDICTORS, "predictor")
     radius = _check_radius(radius)
     if a.ndim > 8:
         raise ValueError(f"compress_array: at most 8 dimensions are supported, got {a.ndim}")
     flat = np.ascontiguousarray(a).reshape(-1)
-    bound = _absolute_bound(flat, eb, mode)
-    frame = _core.compress(flat, tuple(int(s) for s in a.shape), bound, eb, MODES[mode], pred, radius)
+    shape = tuple(int(s) for s in a.shape)
+    if dtype_id == 1:
+        bound = _absolute_bound(flat, eb, mode)
+        frame = _core.compress(flat, shape, bound, eb, MODES[mode], pred, radius)
+    else:
+        bound = _frame_bound(_absolute_bound(flat.astype(np.float32), eb, mode), dtype_id)
+        frame = _core.compress_typed(flat.view(np.uint8), dtype_id, flat.itemsize, shape, bound, eb,
+                                     MODES[mode], pred, radius)
     info = _core.frame_info(frame)
     data = frame[info["header_size"]:]
     codec, stored = _wrap(data, _DATA_WRAPPERS)
@@ -205,17 +248,19 @@ def compress_array(x: Any, error_bound: float, mode: str = "abs", *, predictor: 
     return _core.write_header(info) + stored
 
 
-def _output(out: Any, n: int, what: str, zeroed: bool) -> np.ndarray:
-    """Where a decoder writes n float32 values, flat: the caller's `out` (checked to fit exactly,
-    cleared when `zeroed`) or a new array."""
+def _output(out: Any, n: int, what: str, zeroed: bool, dtype_id: int = 1) -> np.ndarray:
+    """Where a decoder writes n values of the frame's dtype, flat: the caller's `out` (checked to fit
+    exactly, cleared when `zeroed`) or a new array."""
+    dtype = np.dtype(_core.DTYPES[dtype_id])
     if out is None:
         try:
-            return np.zeros(n, np.float32) if zeroed else np.empty(n, np.float32)
+            return np.zeros(n, dtype) if zeroed else np.empty(n, dtype)
         except MemoryError:
-            raise DszError(f"{what}: no memory for {n} float32 values") from None
-    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
+            raise DszError(f"{what}: no memory for {n} {dtype.name} values") from None
+    if not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.c_contiguous \
             or not out.flags.writeable or not out.flags.aligned:
-        raise ValueError(f"{what}: out must be a writeable, aligned, C-contiguous float32 numpy array")
+        raise ValueError(f"{what}: out must be a writeable, aligned, C-contiguous {dtype.name} numpy array "
+                         "(the stream's dtype)")
     if out.size != n:
         raise ValueError(f"{what}: out holds {out.size} values, the stream decodes to {n}")
     flat = out.reshape(-1)
@@ -224,15 +269,31 @@ def _output(out: Any, n: int, what: str, zeroed: bool) -> np.ndarray:
     return flat
 
 
+def decode_array_section(info: dict, data: np.ndarray, flat: np.ndarray) -> None:
+    """libdsz's decoder for an array frame's raw data section, into flat (the frame's dtype)."""
+    if info["dtype"] == 1:
+        _core.decompress_array(info, data, flat)
+    else:
+        _core.decompress_typed(info, data, flat.view(np.uint8), flat.itemsize)
+
+
+def decode_sparse_sections(info: dict, data: np.ndarray, index: np.ndarray, flat: np.ndarray) -> None:
+    """libdsz's fused decoder for a sparse frame's raw sections, into flat (zero-filled, the frame's dtype)."""
+    if info["dtype"] == 1:
+        _core.decode_sparse(info, data, index, flat)
+    else:
+        _core.decode_sparse_typed(info, data, index, flat.view(np.uint8), flat.itemsize)
+
+
 def decompress_array(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
-    """Decode a compress_array stream (any bytes-like object) into a float32 array of its shape,
-    or into `out` (a float32 array of as many values, C order) without allocating one."""
+    """Decode a compress_array stream (any bytes-like object) into an array of its shape and dtype,
+    or into `out` (an array of that dtype and as many values, C order) without allocating one."""
     info, u8 = _open_frame(buf, _core.KIND_ARRAY, "array stream")
     hs = info["header_size"]
     data = _inflate(info["data_lossless"], u8[hs:hs + info["data_stored"]], info["data_raw"], "array stream")
-    flat = _output(out, info["n_elements"], "decompress_array", zeroed=False)
+    flat = _output(out, info["n_elements"], "decompress_array", zeroed=False, dtype_id=info["dtype"])
     try:
-        _core.decompress_array(info, data, flat)
+        decode_array_section(info, data, flat)
     except _core.CoreError as e:
         raise FormatError(f"array stream: data section: {e.name}") from None
     return flat.reshape(info["shape"])
@@ -250,13 +311,20 @@ class SparseIndex:
         self.gap8 = gap8  # the raw gap8 section: what the matrix's pattern is checked against
 
 
-def _sparse_matrix(w: Any, index_codec: str) -> np.ndarray:
-    a = _check_float32(w, "encode_sparse")
+def _sparse_matrix(w: Any, index_codec: str) -> tuple[np.ndarray, int]:
+    a, dtype_id = _check_values(w, "encode_sparse")
     if a.ndim != 2:
         raise ValueError(f"encode_sparse: a 2-D matrix is needed, got {a.ndim} dimensions")
     if index_codec != "auto":
         _check_choice(index_codec, INDEX_CODECS, "index_codec")
-    return np.ascontiguousarray(a)
+    return np.ascontiguousarray(a), dtype_id
+
+
+def _pattern(a: np.ndarray) -> np.ndarray:
+    """A float32 matrix with a's non-zeros where a has them: what the index encoders read (the
+    index depends on the positions only, and a float16 or integer value is zero exactly when its
+    float32 conversion is)."""
+    return a if a.dtype == np.float32 else a.astype(np.float32)
 
 
 def _choose_index(a: np.ndarray, index_codec: str, first: int, section: bytes) -> SparseIndex:
@@ -280,29 +348,35 @@ def _choose_index(a: np.ndarray, index_codec: str, first: int, section: bytes) -
 
 def sparse_index(w: Any, index_codec: str = "auto") -> SparseIndex:
     """The index section encode_sparse(w, ..., index_codec) would choose, for reuse at other bounds."""
-    a = _sparse_matrix(w, index_codec)
+    a = _pattern(_sparse_matrix(w, index_codec)[0])
     first = INDEX_CODECS["gap8"] if index_codec == "auto" else INDEX_CODECS[index_codec]
     return _choose_index(a, index_codec, first, _core.encode_sparse_index(a, first))
 
 
 def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: str = "auto", *,
                   predictor: str = "auto", radius: int = 32768, index: SparseIndex | None = None) -> bytes:
-    """Encode a 2-D float32 matrix as its non-zeros (error-bounded, row-major) and their
+    """Encode a 2-D matrix (float32, float16, int8 or uint8) as its non-zeros (error-bounded, row-major) and their
     positions (lossless, with the smallest index codec when index_codec='auto').
     In mode 'rel' the bound is relative to the range of the non-zero finite values.
     index: sparse_index(w, index_codec), chosen once for many bounds (the same bytes come out,
     faster); ValueError if w's non-zeros are not where that index has them."""
-    a = _sparse_matrix(w, index_codec)
-    eb = _check_bound(error_bound, mode)
+    a, dtype_id = _sparse_matrix(w, index_codec)
+    eb = _check_bound(error_bound, mode, dtype_id)
     pred = _check_choice(predictor, PREDICTORS, "predictor")
     radius = _check_radius(radius)
-    bound = _absolute_bound(a[a != 0] if mode == "rel" else a, eb, mode)
     first = INDEX_CODECS["gap8"] if index_codec == "auto" or index is not None else INDEX_CODECS[index_codec]
-    frame = _core.encode_sparse(a, bound, eb, MODES[mode], pred, radius, first)
+    if dtype_id == 1:
+        bound = _absolute_bound(a[a != 0] if mode == "rel" else a, eb, mode)
+        frame = _core.encode_sparse(a, bound, eb, MODES[mode], pred, radius, first)
+    else:
+        values = a.astype(np.float32)
+        bound = _frame_bound(_absolute_bound(values[values != 0] if mode == "rel" else values, eb, mode), dtype_id)
+        frame = _core.encode_sparse_typed(a.reshape(-1).view(np.uint8), dtype_id, a.shape[0], a.shape[1], bound,
+                                          eb, MODES[mode], pred, radius, first)
     info = _core.frame_info(frame)
     hs, dr = info["header_size"], info["data_raw"]
     if index is None:
-        index = _choose_index(a, index_codec, first, frame[hs + dr:])
+        index = _choose_index(_pattern(a), index_codec, first, frame[hs + dr:])
     elif frame[hs + dr:] != index.gap8:
         raise ValueError("encode_sparse: the index given was chosen for a matrix with other non-zero positions")
     data_lossless, data_bytes = _wrap(frame[hs:hs + dr], _DATA_WRAPPERS)
@@ -312,17 +386,18 @@ def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: st
 
 
 def decode_sparse(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
-    """Rebuild the dense float32 matrix of an encode_sparse stream (any bytes-like object),
-    or write it into `out` (a float32 array of rows*cols values, C order), which is zeroed first."""
+    """Rebuild the dense matrix (of the stream's dtype) of an encode_sparse stream (any bytes-like
+    object), or write it into `out` (an array of that dtype, rows*cols values, C order), which is
+    zeroed first."""
     info, u8 = _open_frame(buf, _core.KIND_SPARSE, "sparse stream")
     hs, ds = info["header_size"], info["data_stored"]
     data = _inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "sparse stream: data section")
     index = _inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "sparse stream: index section")
     rows, cols = info["shape"]
     # the decoder writes the non-zeros only
-    flat = _output(out, info["n_elements"], "decode_sparse", zeroed=True)
+    flat = _output(out, info["n_elements"], "decode_sparse", zeroed=True, dtype_id=info["dtype"])
     try:
-        _core.decode_sparse(info, data, index, flat)
+        decode_sparse_sections(info, data, index, flat)
     except _core.CoreError as e:
         raise FormatError(f"sparse stream ({rows}x{cols}, nnz {info['nnz']}): {e.name}") from None
     return flat.reshape(rows, cols)
@@ -335,7 +410,8 @@ def sparse_info(buf: Any) -> dict:
         "rows": info["shape"][0],
         "cols": info["shape"][1],
         "nnz": info["nnz"],
-        "error_bound": info["error_bound"],
+        "dtype": DTYPE_NAMES[info["dtype"]],
+        "error_bound": frame_steps(info),
         "user_bound": info["user_bound"],
         "mode": "rel" if info["mode"] else "abs",
         "predictor": PREDICTOR_NAMES[info["predictor"]],

@@ -23,7 +23,10 @@ from . import _core, codec
 from .errors import DszError, FormatError, InputError
 
 MAGIC = b"DSZM"
-FORMAT_VERSION = 1
+# newest container version; a file is written with the oldest version that holds it: 1 when every
+# compressed tensor is float32 (readers from before stored dtypes keep reading such files), 2 when
+# one is float16, int8 or uint8 (those readers then refuse the file, naming the version)
+FORMAT_VERSION = 2
 # magic, version, flags, n_tensors, table bytes, model bytes, rest bytes, streams bytes
 _HEADER = struct.Struct("<4sHHIIQQQ")
 # offset, nbytes, buffer index, representation, dtype, ndim, reserved, bound, stream bytes, name bytes
@@ -31,13 +34,19 @@ _ENTRY = struct.Struct("<QQIBBBBdQH")
 _CRC = struct.Struct("<I")
 _MAX_NDIM = 8
 _REPRESENTATIONS = {0: "dense", 1: "sparse"}
+# the table's dtype codes: the dtype a tensor is stored in, in the model and in its stream
+DTYPES = {0: "float32", 1: "float16", 2: "int8", 3: "uint8"}
+_DTYPE_CODES = {v: k for k, v in DTYPES.items()}
 _ZSTD_LEVEL = 19
 _ZSTD_WINDOW_LOG = 18
 # a zstd block inflates to at most 128 KiB and takes at least 4 bytes (an RLE block)
 _ZSTD_MAX_RATIO = 32768
 _INFLATE_CHUNK = 1 << 18  # bytes inflated at a time: small enough to stay in the CPU's cache
 
-Bounds = Union[float, Mapping[str, float]]
+# a bound is an absolute value (float layers) or a number of quantization steps, written "2q"
+# (int8/uint8 layers); one bound for every layer, or a mapping from layer name to bound
+Bound = Union[float, str]
+Bounds = Union[Bound, Mapping[str, Bound]]
 
 
 @dataclass(frozen=True)
@@ -50,8 +59,13 @@ class TensorEntry:
     nbytes: int
     shape: tuple
     representation: str
-    error_bound: float
+    error_bound: float  # absolute; whole quantization steps for int8 and uint8
     stream: bytes
+    dtype: str = "float32"  # the stored dtype (DTYPES)
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
 
 
 def _crc(data) -> int:
@@ -59,7 +73,8 @@ def _crc(data) -> int:
 
 
 def _encode_tensor(w: np.ndarray, bound: float) -> tuple[str, bytes]:
-    """The smaller of the sparse (pruned) and dense representations of a weight tensor."""
+    """The smaller of the sparse (pruned) and dense representations of a weight tensor, in its
+    stored dtype (the bound holds after the rounding to it)."""
     # conv kernels (OHWI) are coded as [O, H*W*I] matrices: the same bytes in the same order
     matrix = w.reshape(w.shape[0] if w.ndim else 1, -1)
     candidates = [("sparse", codec.encode_sparse(matrix, bound))]
@@ -69,9 +84,36 @@ def _encode_tensor(w: np.ndarray, bound: float) -> tuple[str, bytes]:
     return min(candidates, key=lambda c: len(c[1]))
 
 
+def parse_bound(value: Bound, what: str) -> tuple[float, bool]:
+    """(value, in steps?) of a bound: a number (absolute) or "<k>q" (k quantization steps)."""
+    if isinstance(value, str) and value.strip().lower().endswith("q"):
+        text = value.strip()[:-1]
+        if not text.isdigit() or int(text) > codec.MAX_STEPS:
+            raise InputError(f"{what}: bound {value!r} must be a whole number of steps 0..{codec.MAX_STEPS} "
+                             "followed by q (2q)")
+        return float(int(text)), True
+    try:
+        bound = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{what}: bound {value!r} is neither a number nor a number of steps (2q)") from None
+    if not math.isfinite(bound) or bound < 0:
+        raise InputError(f"{what}: error bound {bound} must be a finite number >= 0")
+    return bound, False
+
+
+def _integer(layer) -> bool:
+    return layer.stored_dtype in ("INT8", "UINT8")
+
+
 def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
-    """Bound per compressible layer name; 0 (or absent from a mapping) keeps a layer lossless."""
-    names = [layer.name for layer in layers if layer.compressible]
+    """Bound per compressible layer name: absolute for float layers, in steps for int8/uint8 ones.
+
+    A bound of 0 keeps a layer lossless (an integer layer is then entropy-coded losslessly where that
+    beats the zstd of the rest). One bound for all applies to the layers of its kind (a number to
+    float layers, steps to integer ones); the others, like layers absent from a mapping, get 0.
+    """
+    compressible = [layer for layer in layers if layer.compressible]
+    names = [layer.name for layer in compressible]
     if isinstance(error_bounds, Mapping):
         reasons = {layer.name: layer.skip_reason for layer in layers if not layer.compressible}
         for name in error_bounds:
@@ -82,13 +124,23 @@ def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
             raise InputError(
                 f"no compressible layer named {', '.join(unknown)}; the model has {', '.join(names) or 'none'}"
             )
-        bounds = {name: float(error_bounds.get(name, 0.0)) for name in names}
-    else:
-        bounds = {name: float(error_bounds) for name in names}
-    for name, bound in bounds.items():
-        if not math.isfinite(bound) or bound < 0:
-            raise InputError(f"layer {name}: error bound {bound} must be a finite number >= 0")
-    return bounds
+        given = {name: parse_bound(value, f"layer {name}") for name, value in error_bounds.items()}
+        bounds = {}
+        for layer in compressible:
+            value, steps = given.get(layer.name, (0.0, _integer(layer)))
+            if value and steps != _integer(layer):
+                raise InputError(f"layer {layer.name} stores {layer.stored_dtype.lower()} weights: give its bound "
+                                 + ("in quantization steps (2q)" if _integer(layer) else "as a number (0.005)"))
+            bounds[layer.name] = value
+        return bounds
+    value, steps = parse_bound(error_bounds, "all layers")
+    return {layer.name: value if steps == _integer(layer) else 0.0 for layer in compressible}
+
+
+def stored_bounds(model, bounds: Mapping[str, float]) -> dict[str, Bound]:
+    """pack_model's bounds for per-layer numbers as assessment measures them: absolute for float
+    layers, whole steps for int8/uint8 ones (written "<k>q")."""
+    return {name: f"{int(b)}q" if _integer(model.layer(name)) else b for name, b in bounds.items()}
 
 
 def _layers(model, layers: str) -> list:
@@ -109,10 +161,14 @@ def kept_lossless(tflite_bytes: bytes, layers: str = "fc") -> dict[str, str]:
 def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") -> bytes:
     """Compress a .tflite model into .dsz bytes.
 
-    error_bounds: one absolute bound for every compressible weight tensor of the chosen layers, or a
-    mapping from layer name (fc1, fc2, conv1, ...) to bound; a bound of 0 keeps a layer lossless.
-    layers: "fc", "conv" or "all". Weights that cannot be compressed (quantized, float16, computed
-    at run time) stay in the lossless rest of the model; kept_lossless() says which and why.
+    error_bounds: one bound for every compressible weight tensor of the chosen layers, or a mapping
+    from layer name (fc1, fc2, conv1, ...) to bound; a bound is absolute (0.005) for float32 and
+    float16 weights and a number of quantization steps ("2q") for int8/uint8 ones; a bound of 0
+    keeps a layer lossless (_resolve_bounds).
+    layers: "fc", "conv" or "all". float16 weights (behind a DEQUANTIZE op) are compressed in
+    float16: every decoded value is within the bound of the stored one. Weights that cannot be
+    compressed (quantized, computed at run time) stay in the lossless rest of the model;
+    kept_lossless() says which and why.
     """
     from .model import TFLiteModel  # the flatbuffer reader is only needed to encode
 
@@ -125,7 +181,7 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
     # a buffer shared by several ops is compressed once, under the tightest bound asked of it
     by_buffer: dict[int, list] = {}
     for layer in compressible:
-        if bounds[layer.name] > 0:
+        if bounds[layer.name] > 0 or _integer(layer):
             by_buffer.setdefault(layer.buffer_index, []).append(layer)
 
     entries = []
@@ -133,12 +189,14 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
     for buffer_index, group in by_buffer.items():
         layer = group[0]
         bound = min(bounds[g.name] for g in group)
-        w = np.asarray(model.weight(layer), dtype=np.float32)
+        w = model.stored(layer)
         representation, stream = _encode_tensor(w, bound)
+        if bound == 0 and len(stream) >= len(zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(w.tobytes())):
+            continue  # lossless entropy coding of integers that does not beat the zstd of the rest
         entries.append(TensorEntry(
             name=",".join(g.name for g in group), buffer_index=buffer_index, offset=layer.offset,
             nbytes=layer.nbytes, shape=tuple(w.shape), representation=representation,
-            error_bound=bound, stream=stream,
+            error_bound=bound, stream=stream, dtype=w.dtype.name,
         ))
         rest[layer.offset:layer.offset + layer.nbytes] = bytes(layer.nbytes)
     return _serialize(len(data), bytes(rest), entries)
@@ -155,11 +213,12 @@ def _serialize(model_bytes: int, rest: bytes, entries: list[TensorEntry]) -> byt
     for e in entries:
         name = e.name.encode()
         rep = {v: k for k, v in _REPRESENTATIONS.items()}[e.representation]
-        table += _ENTRY.pack(e.offset, e.nbytes, e.buffer_index, rep, 0, len(e.shape), 0,
+        table += _ENTRY.pack(e.offset, e.nbytes, e.buffer_index, rep, _DTYPE_CODES[e.dtype], len(e.shape), 0,
                              e.error_bound, len(e.stream), len(name))
         table += struct.pack(f"<{len(e.shape)}Q", *e.shape) + name
     streams = b"".join(e.stream for e in entries)
-    header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(entries), len(table), model_bytes,
+    version = 1 if all(e.dtype == "float32" for e in entries) else 2
+    header = _HEADER.pack(MAGIC, version, 0, len(entries), len(table), model_bytes,
                           len(rest_z), len(streams))
     head = header + bytes(table)
     body = head + _CRC.pack(_crc(head)) + rest_z + streams
@@ -183,8 +242,9 @@ class _Reader:
         return fmt.unpack(self.take(fmt.size))
 
 
-def _parse(buf) -> tuple[int, memoryview, list[TensorEntry]]:
-    """Check magic, version, sizes and checksums, then read the table; returns (model size, rest, entries)."""
+def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
+    """Check magic, version, sizes and checksums, then read the table; returns (version, model size,
+    rest, entries)."""
     mv = memoryview(buf).cast("B")
     if len(mv) < 4 or bytes(mv[:4]) != MAGIC:
         raise FormatError("not a .dsz model file: wrong magic (expected 'DSZM')")
@@ -219,12 +279,14 @@ def _parse(buf) -> tuple[int, memoryview, list[TensorEntry]]:
     for i in range(n_tensors):
         offset, nbytes, buffer_index, rep, dtype, ndim, reserved, bound, stream_bytes, name_len = \
             table.unpack(_ENTRY)
-        if rep not in _REPRESENTATIONS or dtype != 0 or reserved != 0 or ndim > _MAX_NDIM:
+        # a version-1 file holds float32 tensors only: stored dtypes came with version 2
+        if rep not in _REPRESENTATIONS or dtype not in DTYPES or (version < 2 and dtype != 0) \
+                or reserved != 0 or ndim > _MAX_NDIM:
             raise FormatError(f"tensor {i}: unknown representation, dtype or reserved field")
         shape = struct.unpack(f"<{ndim}Q", table.take(8 * ndim))
         name = bytes(table.take(name_len)).decode("utf-8", "replace")
         codec.check_shape(shape, f"tensor {name}")
-        if math.prod(shape) * 4 != nbytes or offset + nbytes > model_bytes:
+        if math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize != nbytes or offset + nbytes > model_bytes:
             raise FormatError(f"tensor {name}: shape {shape} or place [{offset}, +{nbytes}) "
                               f"does not fit a model of {model_bytes} bytes")
         if stream_pos + stream_bytes > stream_end:
@@ -232,7 +294,7 @@ def _parse(buf) -> tuple[int, memoryview, list[TensorEntry]]:
         stream = bytes(mv[stream_pos:stream_pos + stream_bytes])
         stream_pos += stream_bytes
         entries.append(TensorEntry(name, buffer_index, offset, nbytes, tuple(shape),
-                                   _REPRESENTATIONS[rep], bound, stream))
+                                   _REPRESENTATIONS[rep], bound, stream, DTYPES[dtype]))
     if table.pos != head_end or stream_pos != stream_end:
         raise FormatError("tensor table sizes do not add up to the declared section sizes")
     spans = sorted((e.offset, e.offset + e.nbytes) for e in entries)
@@ -249,35 +311,36 @@ def _parse(buf) -> tuple[int, memoryview, list[TensorEntry]]:
         raise FormatError(f"the model's lossless section is not a zstd frame: {exc}") from None
     if declared != model_bytes:
         raise FormatError(f"the model's lossless section declares {declared} bytes, the header {model_bytes}")
-    return model_bytes, rest, entries
+    return version, model_bytes, rest, entries
 
 
 def _decode_tensor(e: TensorEntry, out: np.ndarray | None = None) -> np.ndarray:
-    """Decode one tensor's stream, into `out` (float32, e.shape) when given."""
+    """Decode one tensor's stream, into `out` (e.dtype, e.shape) when given."""
     decode = codec.decode_sparse if e.representation == "sparse" else codec.decompress_array
     try:
         w = decode(e.stream, out=out)
     except ValueError as exc:  # `out` does not match what the stream declares
-        raise FormatError(f"tensor {e.name}: {exc}; the table says float32 {e.shape}") from None
+        raise FormatError(f"tensor {e.name}: {exc}; the table says {e.dtype} {e.shape}") from None
     except DszError as exc:
         raise FormatError(f"tensor {e.name}: {exc}") from None
-    if w.size * 4 != e.nbytes or w.dtype != np.float32:
-        raise FormatError(f"tensor {e.name}: stream decodes to {w.dtype} {w.shape}, table says float32 {e.shape}")
+    if w.size * e.itemsize != e.nbytes or w.dtype != np.dtype(e.dtype):
+        raise FormatError(f"tensor {e.name}: stream decodes to {w.dtype} {w.shape}, table says {e.dtype} {e.shape}")
     return w.reshape(e.shape)
 
 
 def tensor_place(out: np.ndarray, e: TensorEntry) -> np.ndarray | None:
-    """The float32 view of tensor e's bytes in out (the model, uint8), or None where a decoder cannot
-    write floats there directly: an offset that is not a multiple of 4 (no TFLite writer makes one)."""
-    place = out[e.offset:e.offset + e.nbytes].view("<f4")
-    return place.reshape(e.shape) if place.flags.aligned and place.dtype == np.float32 else None
+    """The view of tensor e's bytes in out (the model, uint8) as its stored dtype, or None where a
+    decoder cannot write values there directly: an offset that is not a multiple of the dtype's size
+    (no TFLite writer makes one)."""
+    place = out[e.offset:e.offset + e.nbytes].view(np.dtype(e.dtype).newbyteorder("<"))
+    return place.reshape(e.shape) if place.flags.aligned and place.dtype == np.dtype(e.dtype) else None
 
 
 class DszModel:
     """A .dsz file opened for decoding: the model's bytes, its weights and what was done to them."""
 
     def __init__(self, buf):
-        self._model_bytes, rest, self.entries = _parse(buf)
+        self.version, self._model_bytes, rest, self.entries = _parse(buf)
         self._rest = rest
         self._tflite = None
 
@@ -308,7 +371,8 @@ class DszModel:
             if place is not None:
                 _decode_tensor(e, out=place)
             else:
-                out[e.offset:e.offset + e.nbytes].view("<f4")[:] = _decode_tensor(e).reshape(-1)
+                w = _decode_tensor(e)
+                out[e.offset:e.offset + e.nbytes].view(w.dtype)[:] = w.reshape(-1)
 
     def inflate_rest(self, out: np.ndarray) -> None:
         """Inflate the lossless rest of the model into out (uint8[model_bytes]), all but the bytes of
@@ -351,7 +415,8 @@ class DszModel:
                               f"{got} bytes, the header declares {n}")
 
     def weights(self) -> dict[str, np.ndarray]:
-        """Decoded weight tensors by layer name (a shared buffer appears under each of its layers)."""
+        """Decoded weight tensors by layer name, in their stored dtype (a shared buffer appears under
+        each of its layers)."""
         out = {}
         for e in self.entries:
             w = _decode_tensor(e)
@@ -363,13 +428,15 @@ class DszModel:
         """Per compressed tensor: shape, density, bound, original and compressed bytes, ratio; and totals."""
         tensors = []
         for e in self.entries:
-            row = {"name": e.name, "buffer": e.buffer_index, "shape": list(e.shape),
+            # original_bytes: the tensor's bytes as the model stores them (2 per float16 value)
+            row = {"name": e.name, "buffer": e.buffer_index, "shape": list(e.shape), "dtype": e.dtype,
                    "representation": e.representation, "error_bound": e.error_bound,
+                   "bound_unit": "steps" if e.dtype in ("int8", "uint8") else "absolute",
                    "original_bytes": e.nbytes, "compressed_bytes": len(e.stream),
                    "ratio": e.nbytes / max(len(e.stream), 1)}
             if e.representation == "sparse":
                 s = codec.sparse_info(e.stream)
-                row.update(density=s["nnz"] / max(e.nbytes // 4, 1), data_bytes=s["data_bytes"],
+                row.update(density=s["nnz"] / max(e.nbytes // e.itemsize, 1), data_bytes=s["data_bytes"],
                            index_bytes=s["index_bytes"], index_codec=s["index_codec"])
             else:
                 # a dense stream has no index; its density is only known by decoding it
@@ -380,7 +447,7 @@ class DszModel:
         original = sum(t["original_bytes"] for t in tensors)
         compressed = sum(t["compressed_bytes"] for t in tensors)
         return {
-            "format_version": FORMAT_VERSION, "model_bytes": self._model_bytes,
+            "format_version": self.version, "model_bytes": self._model_bytes,
             "rest_bytes": len(self._rest), "tensors": tensors,
             "compressed_tensors": {"original_bytes": original, "compressed_bytes": compressed,
                                    "ratio": original / compressed if compressed else None},

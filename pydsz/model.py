@@ -26,7 +26,14 @@ __all__ = ["Layer", "Op", "Tensor", "TFLiteModel", "WeightBuffer"]
 _IDENTIFIER = b"TFL3"
 _SCHEMA_VERSION = 3
 
-KINDS = {"FULLY_CONNECTED": "fc", "CONV_2D": "conv", "DEPTHWISE_CONV_2D": "conv"}
+KINDS = {"FULLY_CONNECTED": "fc", "CONV_2D": "conv", "DEPTHWISE_CONV_2D": "conv", "TRANSPOSE_CONV": "conv"}
+# where an op's data input and bias are (the weight is input 1 of all of them): TRANSPOSE_CONV reads
+# (output shape, weights, input[, bias])
+_DATA_INPUT = {"TRANSPOSE_CONV": 2}
+_BIAS_INPUT = {"TRANSPOSE_CONV": 3}
+# stored dtypes of compressible weights (float16: behind a DEQUANTIZE op; int8/uint8: quantized)
+_STORED_TYPES = ("FLOAT32", "FLOAT16", "INT8", "UINT8")
+INTEGER_TYPES = ("INT8", "UINT8")
 
 _DTYPES = {
     "FLOAT32": "<f4", "FLOAT16": "<f2", "FLOAT64": "<f8", "INT8": "i1", "UINT8": "u1",
@@ -61,6 +68,10 @@ class Tensor:
     buffer: int  # 0: no constant data
     quantized: bool
     sparse: bool
+    # affine quantization (real = scale * (q - zero_point)), per tensor or per channel along `axis`
+    scale: tuple = ()
+    zero_point: tuple = ()
+    axis: int = 0
 
     @property
     def dtype(self) -> Optional[np.dtype]:
@@ -79,9 +90,10 @@ class Op:
 
 @dataclass(frozen=True)
 class Layer:
-    """One FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D op of subgraph 0 and where its weights live."""
+    """One FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV op of subgraph 0 and where its
+    weights live."""
 
-    name: str  # fc1, fc2, ... / conv1, conv2, ... in execution order
+    name: str  # fc1, fc2, ... / conv1, conv2, ... (every kind of convolution) in execution order
     kind: str  # "fc" or "conv"
     op: str  # the builtin operator name
     op_index: int
@@ -91,13 +103,17 @@ class Layer:
     bias: Optional[int]  # None when the op has no bias input
     activation: str  # fused activation: "NONE", "RELU", "RELU6", ...
     shape: tuple  # weight shape: FC [out, in], conv OHWI, depthwise [1, H, W, C*M]
-    dtype: str  # TFLite type name of the weight tensor
-    buffer: int  # 0 when the weight has no constant buffer
-    offset: int  # absolute file offset of the weight bytes (-1 when there are none)
+    dtype: str  # TFLite type name of the weight tensor the op reads
+    buffer: int  # the stored constant's buffer; 0 when there is none
+    offset: int  # absolute file offset of the stored bytes (-1 when there are none)
     nbytes: int
-    compressible: bool  # float32 constant weights that only layer weights read
+    compressible: bool  # float32 or float16 constant weights that only layer weights read
     skip_reason: str  # why not compressible ("" when it is)
     shared_with: tuple = ()  # names of the other layers whose weight is the same buffer
+    # the constant whose bytes hold the weights: the weight tensor itself, or the float16 input of
+    # the DEQUANTIZE op that computes it (the converter's float16 option); -1 when there is none
+    stored: int = -1
+    stored_dtype: str = ""  # TFLite type name of the stored constant: "FLOAT32", "FLOAT16", ...
 
     @property
     def buffer_index(self) -> int:
@@ -112,7 +128,7 @@ class WeightBuffer:
     buffer: int
     layers: tuple  # names of the layers that read it, in execution order
     shape: tuple
-    dtype: str
+    dtype: str  # the stored dtype (TFLite type name)
     offset: int
     nbytes: int
 
@@ -198,7 +214,11 @@ class TFLiteModel:
                 shape_signature=signature, type=types.get(tensor.Type(), f"TYPE_{tensor.Type()}"),
                 buffer=tensor.Buffer(),
                 quantized=quant is not None and quant.ScaleLength() > 0,
-                sparse=tensor.Sparsity() is not None))
+                sparse=tensor.Sparsity() is not None,
+                scale=tuple(float(v) for v in quant.ScaleAsNumpy()) if quant is not None and quant.ScaleLength() else (),
+                zero_point=(tuple(int(v) for v in quant.ZeroPointAsNumpy())
+                            if quant is not None and quant.ZeroPointLength() else ()),
+                axis=quant.QuantizedDimension() if quant is not None else 0))
 
         n_tensors = len(self.tensors)
 
@@ -258,10 +278,25 @@ class TFLiteModel:
                               f"of a {len(self.data)}-byte file")
         return (start, size)
 
+    def _stored_tensor(self, w: Tensor) -> Optional[Tensor]:
+        """The constant that holds a weight's values: w itself, or the float16 constant a DEQUANTIZE
+        op turns into w (weights stored as float16); None when w is computed otherwise."""
+        if self._has_data(w):
+            return w
+        producer = next((op for op in self.ops if w.index in op.outputs), None)
+        if producer is None or producer.name != "DEQUANTIZE" or not producer.inputs or producer.inputs[0] < 0:
+            return None
+        source = self.tensors[producer.inputs[0]]
+        return source if self._has_data(source) and source.type == "FLOAT16" else None
+
+    def _has_data(self, t: Tensor) -> bool:
+        # converters may give a computed tensor an empty buffer of its own rather than buffer 0
+        return t.buffer != 0 and self._buffers[t.buffer][0] >= 0 and self._buffers[t.buffer][1] > 0
+
     def _find_layers(self) -> list:
         counters = {"fc": 0, "conv": 0}
         layers = []
-        weight_tensors = set()
+        weight_tensors = set()  # the weight inputs of the layer ops and the constants that hold them
         for op in self.ops:
             kind = KINDS.get(op.name)
             if kind is None:
@@ -269,54 +304,70 @@ class TFLiteModel:
             if len(op.inputs) < 2 or op.inputs[1] < 0:
                 raise FormatError(f"op {op.index} ({op.name}) has no weight input")
             counters[kind] += 1
-            layers.append((f"{kind}{counters[kind]}", kind, op))
-            weight_tensors.add(op.inputs[1])
+            w = self.tensors[op.inputs[1]]
+            stored = self._stored_tensor(w)
+            layers.append((f"{kind}{counters[kind]}", kind, op, w, stored))
+            weight_tensors.add(w.index)
+            if stored is not None:
+                weight_tensors.add(stored.index)
 
         by_buffer: dict = {}
-        for name, _, op in layers:
-            b = self.tensors[op.inputs[1]].buffer
-            if b:
-                by_buffer.setdefault(b, []).append(name)
+        for name, _, _, _, stored in layers:
+            if stored is not None:
+                by_buffer.setdefault(stored.buffer, []).append(name)
 
         result = []
-        for name, kind, op in layers:
-            w = self.tensors[op.inputs[1]]
-            offset, nbytes = self._buffers[w.buffer] if w.buffer else (-1, 0)
+        for name, kind, op, w, stored in layers:
+            offset, nbytes = self._buffers[stored.buffer] if stored is not None else (-1, 0)
             if offset < 0:
                 offset, nbytes = -1, 0
-            reason = self._skip_reason(w, nbytes, weight_tensors)
-            bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+            reason = self._skip_reason(w, stored, nbytes, weight_tensors)
+            b = _BIAS_INPUT.get(op.name, 2)
+            bias = op.inputs[b] if len(op.inputs) > b and op.inputs[b] >= 0 else None
             result.append(Layer(
-                name=name, kind=kind, op=op.name, op_index=op.index, input=op.inputs[0],
+                name=name, kind=kind, op=op.name, op_index=op.index, input=op.inputs[_DATA_INPUT.get(op.name, 0)],
                 output=op.outputs[0], weight=w.index, bias=bias,
                 activation=op.options.get("activation", "NONE"), shape=w.shape, dtype=w.type,
-                buffer=w.buffer, offset=offset, nbytes=nbytes, compressible=not reason,
-                skip_reason=reason,
-                shared_with=tuple(n for n in by_buffer.get(w.buffer, ()) if n != name)))
+                buffer=stored.buffer if stored is not None else 0, offset=offset, nbytes=nbytes,
+                compressible=not reason, skip_reason=reason,
+                shared_with=tuple(n for n in by_buffer.get(stored.buffer, ()) if n != name) if stored else (),
+                stored=stored.index if stored is not None else -1,
+                stored_dtype=stored.type if stored is not None else ""))
         return result
 
-    def _skip_reason(self, w: Tensor, nbytes: int, weight_tensors: set) -> str:
-        if w.buffer == 0 or nbytes == 0:
+    def _skip_reason(self, w: Tensor, stored: Optional[Tensor], nbytes: int, weight_tensors: set) -> str:
+        if stored is None or nbytes == 0:
             producer = next((op.name for op in self.ops if w.index in op.outputs), None)
             source = f"computed by a {producer} op" if producer else "not a constant"
             return f"weight tensor {w.index} ({w.name!r}) has no constant data: {source}"
-        if w.type != "FLOAT32":
-            return f"{w.type} weights are kept lossless (only float32 weights are compressed)"
-        if w.quantized:
-            return "quantized float32 weights are kept lossless"
-        if w.sparse:
+        if stored.type not in _STORED_TYPES:
+            return f"{stored.type} weights are kept lossless (float32, float16, int8 and uint8 weights are compressed)"
+        if stored.type in INTEGER_TYPES:
+            if not stored.quantized:
+                return f"{stored.type} weights without quantization scales are kept lossless"
+            if len(stored.scale) not in (1, stored.shape[stored.axis] if stored.axis < len(stored.shape) else -1) \
+                    or len(stored.zero_point) not in (0, len(stored.scale)):
+                return f"{stored.type} weights with {len(stored.scale)} scales for shape {stored.shape} are kept lossless"
+        elif stored.quantized:
+            return f"quantized {stored.type.lower()} weights are kept lossless"
+        if stored.sparse:
             return "sparse-format weights are kept lossless"
-        expected = int(np.prod(w.shape, dtype=np.int64)) * 4
+        if stored.shape != w.shape:
+            return f"the DEQUANTIZE op changes the weight's shape {stored.shape} to {w.shape}"
+        expected = int(np.prod(w.shape, dtype=np.int64)) * stored.dtype.itemsize
         if expected != nbytes:
-            raise FormatError(f"tensor {w.index} ({w.name!r}) of shape {w.shape} needs {expected} bytes "
-                              f"but buffer {w.buffer} holds {nbytes}")
-        for s, t in self._buffer_users[w.buffer]:
+            raise FormatError(f"tensor {stored.index} ({stored.name!r}) of shape {stored.shape} needs {expected} "
+                              f"bytes but buffer {stored.buffer} holds {nbytes}")
+        for s, t in self._buffer_users[stored.buffer]:
             if s != 0 or t not in weight_tensors:
-                return f"buffer {w.buffer} is also read by tensor {t} of subgraph {s}, which is not a layer weight"
+                return (f"buffer {stored.buffer} is also read by tensor {t} of subgraph {s}, which is not a "
+                        "layer weight")
         for op in self.ops:
             reads = [i for i, t in enumerate(op.inputs) if t == w.index]
             if reads and (op.name not in KINDS or reads != [1]):
                 return f"weight tensor {w.index} is also read by op {op.index} ({op.name}) as a non-weight input"
+            if stored is not w and stored.index in op.inputs and (op.name != "DEQUANTIZE" or op.outputs[0] != w.index):
+                return f"float16 weight tensor {stored.index} is also read by op {op.index} ({op.name})"
         return ""
 
     def layers(self, kinds: Sequence[str] = ("fc",)) -> list:
@@ -340,7 +391,7 @@ class TFLiteModel:
             if layer.compressible:
                 groups.setdefault(layer.buffer, []).append(layer)
         return [WeightBuffer(buffer=b, layers=tuple(layer.name for layer in group), shape=group[0].shape,
-                             dtype=group[0].dtype, offset=group[0].offset, nbytes=group[0].nbytes)
+                             dtype=group[0].stored_dtype, offset=group[0].offset, nbytes=group[0].nbytes)
                 for b, group in groups.items()]
 
     def constant(self, tensor_index: int) -> Optional[np.ndarray]:
@@ -356,9 +407,39 @@ class TFLiteModel:
         return np.frombuffer(self.data, dtype=t.dtype, count=count, offset=offset).reshape(t.shape)
 
     def weight(self, layer: Union[str, Layer]) -> np.ndarray:
-        """A layer's weights as a read-only view, shaped as the tensor (float32 for compressible layers)."""
+        """A layer's weights, read-only and shaped as the tensor: float32 for compressible layers
+        (float16 weights dequantized, as the DEQUANTIZE op does; int8/uint8 ones as
+        scale * (q - zero_point) of their channel), the stored values otherwise."""
         layer = self.layer(layer) if isinstance(layer, str) else layer
-        values = self.constant(layer.weight)
+        values = self.stored(layer)
+        if values.dtype == np.float16:
+            values = values.astype(np.float32)
+        elif layer.compressible and layer.stored_dtype in INTEGER_TYPES:
+            scale, zero = self.quantization(layer)
+            values = ((values.astype(np.float32) - zero) * scale).astype(np.float32)
+        else:
+            return values
+        values.flags.writeable = False
+        return values
+
+    def quantization(self, layer: Union[str, Layer]) -> tuple:
+        """(scale, zero point) of a layer's stored integer weights, float32 and int32 arrays shaped to
+        broadcast against them (one value per channel along the quantized axis, or one in all)."""
+        layer = self.layer(layer) if isinstance(layer, str) else layer
+        t = self.tensors[layer.stored]
+        if not t.scale:
+            raise InputError(f"layer {layer.name}: its weights are not quantized")
+        shape = [1] * len(t.shape)
+        if len(t.scale) > 1:
+            shape[t.axis] = len(t.scale)
+        scale = np.array(t.scale, np.float32).reshape(shape or ())
+        zero = np.array(t.zero_point or (0,) * len(t.scale), np.int32).reshape(shape or ())
+        return scale, zero
+
+    def stored(self, layer: Union[str, Layer]) -> np.ndarray:
+        """A layer's weights as stored in the file (float16 where a DEQUANTIZE op reads them), read-only."""
+        layer = self.layer(layer) if isinstance(layer, str) else layer
+        values = self.constant(layer.stored) if layer.stored >= 0 else None
         if values is None:
             raise InputError(f"layer {layer.name}: {layer.skip_reason}")
         return values
@@ -368,7 +449,10 @@ class TFLiteModel:
 
         Keys are layer names or buffer indices; a layer name writes its buffer, which every layer
         sharing it then reads. Each array must have the tensor's shape; it is stored little-endian
-        in the tensor's dtype (only a same-kind cast, e.g. float64 -> float32, is allowed).
+        in the stored dtype (only a same-kind cast, e.g. float32 -> float16 for weights the model
+        stores as float16, rounding to nearest, is allowed). A float array for a layer whose
+        weights are int8/uint8 holds real values: it is quantized with the layer's scales
+        (round to nearest, clipped to the type's range), so weight() values come back exactly.
         """
         writes: dict = {}
         for key, array in arrays.items():
@@ -376,11 +460,17 @@ class TFLiteModel:
                 layer = self.layer(key)
                 if layer.offset < 0:
                     raise InputError(f"layer {key}: {layer.skip_reason}")
-                target = (layer.buffer, layer.shape, layer.dtype, layer.offset, layer.nbytes, f"layer {key}")
+                target = (layer.buffer, layer.shape, layer.stored_dtype, layer.offset, layer.nbytes, f"layer {key}")
             else:
                 target = self._buffer_target(int(key))
             buffer, shape, type_name, offset, nbytes, what = target
             array = np.asarray(array)
+            if isinstance(key, str) and type_name in INTEGER_TYPES and array.dtype.kind == "f" and layer.compressible:
+                scale, zero = self.quantization(layer)
+                info = np.iinfo(np.dtype(_DTYPES[type_name]))
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    q = np.rint(array.astype(np.float64) / scale) + zero
+                array = np.clip(np.nan_to_num(q), info.min, info.max).astype(_DTYPES[type_name])
             if array.shape != tuple(shape):
                 raise InputError(f"{what}: array of shape {array.shape} does not match the tensor's {tuple(shape)}")
             dtype = np.dtype(_DTYPES[type_name])

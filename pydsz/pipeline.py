@@ -253,7 +253,7 @@ def compress(
             bounds, tried = _tighten(executor, table, bounds, allowed - slack, m.risk(margin), margin)
             trials += tried
             continue
-        dsz = container.pack_model(data, bounds, layers=layers)
+        dsz = container.pack_model(data, container.stored_bounds(model, bounds), layers=layers)
         attempt["measured_loss"] = measured = evaluator.measure_model(container.load(dsz).tflite_bytes()).loss
         if measured <= allowed or max_size is not None or lossless:
             break

@@ -172,7 +172,8 @@ class Tail:
         layer = model.layer(name)
         if op.options.get("weights_format", 0) != 0:
             raise _Unsupported(f"{name} uses a shuffled weight format")
-        w = model.constant(layer.weight)
+        # float16 weights behind a DEQUANTIZE op: the tail reads them dequantized, as the op does
+        w = model.weight(layer) if layer.compressible else model.constant(layer.weight)
         if w is None or layer.dtype != "FLOAT32" or w.ndim != 2:
             raise _Unsupported(f"{name} has no float32 constant weights ({layer.skip_reason or layer.dtype})")
         in_values = int(np.prod(model.tensors[current].shape[1:]))

@@ -125,15 +125,15 @@ def test_eval_bad_data(packed, tmp_path):
     assert_user_error(dsz("eval", packed, "--data", labels), "label")
 
 
-def _int8_and_float_model(path):
+def _int16_and_float_model(path):
     import tflite
     from test_model import build_tflite
 
     rng = np.random.default_rng(0)
     path.write_bytes(build_tflite(
         tensors=[{"shape": [1, 8]},
-                 {"shape": [4, 8], "type": tflite.TensorType.INT8, "scale": 0.1,
-                  "data": np.arange(32, dtype=np.int8).tobytes()},
+                 {"shape": [4, 8], "type": tflite.TensorType.INT16, "scale": 0.1,
+                  "data": np.arange(32, dtype=np.int16).tobytes()},
                  {"shape": [1, 4]},
                  {"shape": [3, 4], "data": rng.standard_normal((3, 4)).astype(np.float32).tobytes()},
                  {"shape": [1, 3]}],
@@ -143,11 +143,23 @@ def _int8_and_float_model(path):
 
 
 def test_pack_says_which_layers_stay_lossless(tmp_path):
-    model = _int8_and_float_model(tmp_path / "q.tflite")
+    model = _int16_and_float_model(tmp_path / "q.tflite")
     result = dsz("pack", model, "-e", "0.01", "-o", tmp_path / "q.dsz")
     assert result.returncode == 0, result.stderr
-    assert "kept lossless: fc1:" in result.stdout and "INT8" in result.stdout
+    assert "kept lossless: fc1:" in result.stdout and "INT16" in result.stdout
     info = json.loads(dsz("info", tmp_path / "q.dsz", "--json").stdout)
     assert [t["name"] for t in info["tensors"]] == ["fc2"]
     assert_user_error(dsz("pack", model, "-e", "fc1=0.01", "-o", tmp_path / "r.dsz"), "fc1", "cannot be compressed")
+
+
+def test_pack_takes_int8_bounds_in_steps_and_info_shows_them(tmp_path):
+    from pydsz.data import bundled
+
+    result = dsz("pack", bundled("lenet5_int8.tflite"), "-e", "conv2=2q,fc1=1q", "--layers", "all",
+                 "-o", tmp_path / "q.dsz")
+    assert result.returncode == 0, result.stderr
+    info = dsz("info", tmp_path / "q.dsz").stdout
+    assert "dtype" in info and "stored B" in info
+    fc1 = next(line for line in info.splitlines() if line.startswith("fc1"))
+    assert "int8" in fc1.split() and "1q" in fc1.split()
     assert not (tmp_path / "r.dsz").exists()

@@ -145,7 +145,7 @@ def _with_header_field(packed, offset, fmt, value):
 
 def test_newer_format_version_is_named(packed_lenet300):
     newer = _with_header_field(packed_lenet300, 4, "<H", container.FORMAT_VERSION + 1)
-    with pytest.raises(FormatError, match="version 2 is newer"):
+    with pytest.raises(FormatError, match=f"version {container.FORMAT_VERSION + 1} is newer"):
         pydsz.load(newer)
 
 

@@ -277,34 +277,71 @@ def test_replace_shared_buffer_with_two_arrays_is_an_error():
 
 # ---- what is not compressible ----
 
-def test_int8_weights_are_kept_lossless():
-    data = build_tflite(
+def _int8_model():
+    return build_tflite(
         tensors=[{"shape": [1, 8]},
                  {"shape": [4, 8], "type": tflite.TensorType.INT8, "scale": 0.1,
-                  "data": np.arange(32, dtype=np.int8).tobytes()},
+                  "data": np.arange(-16, 16, dtype=np.int8).tobytes()},
                  {"shape": [1, 4]}],
         ops=[("FULLY_CONNECTED", [0, 1, -1], [2])], inputs=[0], outputs=[2])
-    (layer,) = TFLiteModel(data).layers()
-    assert not layer.compressible and "INT8" in layer.skip_reason
-    assert layer.bias is None
-    assert TFLiteModel(data).weight(layer).dtype == np.int8
-    assert TFLiteModel(data).weight_buffers() == []
 
 
-def test_dequantized_weights_are_not_compressible():
-    data = build_tflite(
-        tensors=[{"shape": [1, 8]},
-                 {"shape": [4, 8], "type": tflite.TensorType.FLOAT16, "data": np.ones(32, np.float16).tobytes()},
-                 {"shape": [4, 8]}, {"shape": [1, 4]}],
-        ops=[("DEQUANTIZE", [1], [2]), ("FULLY_CONNECTED", [0, 2, -1], [3])], inputs=[0], outputs=[3])
-    model = TFLiteModel(data)
+def test_int8_weights_are_compressible_and_read_dequantized():
+    model = TFLiteModel(_int8_model())
     (layer,) = model.layers()
-    assert not layer.compressible and "DEQUANTIZE" in layer.skip_reason
-    assert layer.offset == -1
-    with pytest.raises(InputError, match="fc1: .*no constant data"):
-        model.weight("fc1")
-    with pytest.raises(InputError, match="fc1"):
-        model.replace({"fc1": np.zeros((4, 8), np.float32)})
+    assert layer.compressible and layer.stored_dtype == "INT8" and layer.bias is None
+    assert model.stored(layer).dtype == np.int8
+    w = model.weight(layer)
+    assert w.dtype == np.float32 and np.allclose(w, np.arange(-16, 16).reshape(4, 8) * np.float32(0.1))
+
+
+def test_replace_quantizes_real_values_into_int8_weights():
+    model = TFLiteModel(_int8_model())
+    replaced = TFLiteModel(model.replace({"fc1": model.weight("fc1") + np.float32(0.04)}))
+    assert np.array_equal(replaced.stored("fc1"), model.stored("fc1"))  # 0.04 rounds back to the same step
+    clipped = TFLiteModel(model.replace({"fc1": np.full((4, 8), 1e6, np.float32)}))
+    assert (clipped.stored("fc1") == 127).all()
+
+
+def _float16_model(values, extra_ops=()):
+    """x -> DEQUANTIZE(float16 constant) -> FULLY_CONNECTED, as the converter's float16 option writes it."""
+    return build_tflite(
+        tensors=[{"shape": [1, 8]},
+                 {"shape": [4, 8], "type": tflite.TensorType.FLOAT16, "data": values.astype(np.float16).tobytes()},
+                 {"shape": [4, 8]}, {"shape": [1, 4]}, {"shape": [4, 8]}],
+        ops=[("DEQUANTIZE", [1], [2]), ("FULLY_CONNECTED", [0, 2, -1], [3]), *extra_ops], inputs=[0], outputs=[3])
+
+
+def test_float16_weights_behind_dequantize_are_found_through_the_op():
+    values = np.arange(32, dtype=np.float32).reshape(4, 8) / 7
+    model = TFLiteModel(_float16_model(values))
+    (layer,) = model.layers()
+    assert layer.compressible and layer.stored == 1 and layer.stored_dtype == "FLOAT16" and layer.dtype == "FLOAT32"
+    assert layer.nbytes == 64 and layer.shape == (4, 8)
+    assert model.data[layer.offset:layer.offset + 64] == values.astype(np.float16).tobytes()
+    assert [b.dtype for b in model.weight_buffers()] == ["FLOAT16"]
+
+
+def test_float16_weight_reads_as_dequantized_float32():
+    values = np.arange(32, dtype=np.float32).reshape(4, 8) / 7
+    model = TFLiteModel(_float16_model(values))
+    w = model.weight("fc1")
+    assert w.dtype == np.float32 and not w.flags.writeable
+    assert np.array_equal(w, values.astype(np.float16).astype(np.float32))
+    assert model.stored("fc1").dtype == np.float16
+
+
+def test_replace_rounds_float32_into_a_float16_buffer():
+    model = TFLiteModel(_float16_model(np.zeros((4, 8))))
+    new = np.full((4, 8), 1 / 3, np.float32)
+    replaced = TFLiteModel(model.replace({"fc1": new}))
+    assert np.array_equal(replaced.stored("fc1"), new.astype(np.float16))
+
+
+def test_float16_constant_read_by_another_op_is_not_compressible():
+    model = TFLiteModel(_float16_model(np.ones((4, 8)), extra_ops=[("DEQUANTIZE", [1], [4])]))
+    (layer,) = model.layers()
+    assert not layer.compressible and "float16 weight tensor 1 is also read by op 2" in layer.skip_reason
 
 
 def test_weight_also_read_by_another_op_is_not_compressible():
@@ -381,3 +418,15 @@ def test_corrupt_bytes_give_a_format_error_or_a_model(edits):
     for layer in model.layers(kinds=("fc", "conv")):
         if layer.compressible:
             assert model.weight(layer).nbytes == layer.nbytes
+
+
+def test_transpose_conv_weights_behind_dequantize_are_a_conv_layer():
+    kernel = np.arange(2 * 3 * 3 * 4, dtype=np.float32).reshape(2, 3, 3, 4) / 50
+    data = build_tflite(
+        tensors=[{"shape": [4], "type": tflite.TensorType.INT32, "data": np.array([1, 8, 8, 2], np.int32).tobytes()},
+                 {"shape": [2, 3, 3, 4], "type": tflite.TensorType.FLOAT16, "data": kernel.astype(np.float16).tobytes()},
+                 {"shape": [2, 3, 3, 4]}, {"shape": [1, 4, 4, 4]}, {"shape": [1, 8, 8, 2]}],
+        ops=[("DEQUANTIZE", [1], [2]), ("TRANSPOSE_CONV", [0, 2, 3], [4])], inputs=[3], outputs=[4])
+    (layer,) = TFLiteModel(data).layers(kinds=("conv",))
+    assert layer.name == "conv1" and layer.op == "TRANSPOSE_CONV" and layer.compressible
+    assert layer.input == 3 and layer.bias is None and layer.stored_dtype == "FLOAT16"

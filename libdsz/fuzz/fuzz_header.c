@@ -14,8 +14,13 @@ static void check_info(const dsz_frameInfo* f, size_t hs)
     size_t bound;
     unsigned i;
     FUZZ_CHECK(f->headerSize == hs, "headerSize %zu, returned %zu", f->headerSize, hs);
-    FUZZ_CHECK(f->version >= 1 && f->version <= DSZ_FORMAT_VERSION && f->dtype == 1, "version %u dtype %u",
-               f->version, f->dtype);
+    /* float32 since version 1; float16, int8, uint8 since version 2 */
+    FUZZ_CHECK(f->version >= 1 && f->version <= DSZ_FORMAT_VERSION && f->dtype >= DSZ_DTYPE_FLOAT32 &&
+                   f->dtype <= DSZ_DTYPE_UINT8 && (f->dtype == DSZ_DTYPE_FLOAT32 || f->version >= 2),
+               "version %u dtype %u", f->version, f->dtype);
+    if (f->dtype == DSZ_DTYPE_INT8 || f->dtype == DSZ_DTYPE_UINT8)
+        FUZZ_CHECK(f->errorBound >= 0.5 && f->errorBound <= 255.5 && (double)(long)(f->errorBound - 0.5) == f->errorBound - 0.5,
+                   "integer frame with bound %g", f->errorBound);
     FUZZ_CHECK(f->predictor <= DSZ_PRED_LORENZO && f->mode <= DSZ_MODE_REL, "predictor %u mode %u", f->predictor,
                f->mode);
     FUZZ_CHECK(f->radius >= 1 && f->radius <= DSZ_RADIUS_MAX, "radius %u", f->radius);

@@ -1,8 +1,9 @@
-/* Fuzz target: the encoders against the decoders, on fuzzer-chosen float32 data, bound,
+/* Fuzz target: the encoders against the decoders, on fuzzer-chosen data, dtype, bound,
  * radius, predictor and (sparse) index codec.
  * Input: flags (1 byte: bit 0 sparse, bits 1-2 predictor none/lorenzo/auto, bits 3-4 index
- * codec, bit 5 mode), radius - 1 (1 byte), bound exponent and mantissa (2 bytes), shape (1 byte),
- * then the values' bit patterns (4 bytes each, little-endian).
+ * codec, bit 5 mode, bits 6-7 dtype float32/float16/int8/uint8), radius - 1 (1 byte), bound
+ * exponent and mantissa (2 bytes; int8/uint8: k = the mantissa byte, the bound k + 1/2), shape
+ * (1 byte), then the values' bit patterns (4, 2 or 1 bytes each, little-endian).
  * Checks: encoding into a buffer of the bound's size succeeds; it is deterministic (the same
  * bytes twice); every buffer one byte short of the frame is exactly DSZ_error_dstSize_tooSmall,
  * as is a destination one value short when decoding; the frame decodes to the header's sizes;
@@ -13,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common.h" /* dsz_f16_to_f32, to compare float16 values */
 #include "fuzz_common.h"
 
 #define HEADER 5
@@ -161,6 +163,58 @@ static void roundtrip_sparse(job* j)
     free(frame);
 }
 
+typedef struct {
+    const uint8_t* raw; /* n values of dtype */
+    unsigned dtype;
+    job j;
+} typed_job;
+
+static size_t enc_typed_array(void* dst, size_t cap, const void* ctx)
+{
+    const typed_job* const t = (const typed_job*)ctx;
+    return dsz_compressTyped(dst, cap, t->raw, t->dtype, t->j.shape, t->j.ndim, &t->j.p);
+}
+
+static size_t enc_typed_sparse(void* dst, size_t cap, const void* ctx)
+{
+    const typed_job* const t = (const typed_job*)ctx;
+    return dsz_encodeSparseTyped(dst, cap, t->raw, t->dtype, t->j.rows, t->j.cols, &t->j.p, t->j.codec);
+}
+
+static float typed_value(const uint8_t* raw, unsigned dtype, size_t i)
+{
+    if (dtype == DSZ_DTYPE_FLOAT16) return dsz_f16_to_f32((uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8);
+    return dtype == DSZ_DTYPE_INT8 ? (float)(int8_t)raw[i] : (float)raw[i];
+}
+
+/* float16, int8, uint8: the same properties as float32, the bound checked in the stored dtype */
+static void roundtrip_typed(typed_job* t, size_t n, int sparse)
+{
+    size_t const width = t->dtype == DSZ_DTYPE_FLOAT16 ? 2 : 1;
+    dsz_frameInfo f;
+    size_t size, hs, r, i, nnz = 0;
+    uint8_t *frame, *y;
+    for (i = 0; i < n; i++) nnz += typed_value(t->raw, t->dtype, i) != 0.0f;
+    frame = sparse ? encode_checked(enc_typed_sparse, t, dsz_sparseBound(t->j.rows, t->j.cols, nnz, t->j.p.radius), &size)
+                   : encode_checked(enc_typed_array, t, dsz_compressBound(n, t->j.p.radius), &size);
+    hs = dsz_getFrameInfo(&f, frame, size);
+    FUZZ_CHECK(!dsz_isError(hs) && f.dtype == t->dtype && f.version == 2 && f.nElements == n,
+               "frame header: %s", dsz_getErrorName(hs));
+    y = (uint8_t*)calloc(n ? n * width : 1, 1);
+    FUZZ_CHECK(y != NULL, "out of memory");
+    r = sparse ? dsz_decodeSparseTyped(y, n, &f, frame + hs, (size_t)f.dataRawSize, frame + hs + f.dataRawSize,
+                                       (size_t)f.indexRawSize)
+               : dsz_decompressArrayTyped(y, n, &f, frame + hs, (size_t)f.dataRawSize);
+    FUZZ_CHECK(r == (sparse ? nnz : n), "decoded %s", dsz_getErrorName(r));
+    for (i = 0; i < n; i++) {
+        float const x = typed_value(t->raw, t->dtype, i), v = typed_value(y, t->dtype, i);
+        if (sparse) FUZZ_CHECK((x == 0.0f) == (v == 0.0f), "value %zu: %g decoded as %g (zeros)", i, x, v);
+        check_value(x, v, t->j.p.errorBound, i);
+    }
+    free(y);
+    free(frame);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
 {
     static const unsigned preds[4] = {DSZ_PRED_NONE, DSZ_PRED_LORENZO, DSZ_PRED_AUTO, DSZ_PRED_AUTO};
@@ -174,6 +228,25 @@ int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
     j.p.mode = (src[0] >> 5) & 1;
     j.p.radius = pick_radius(src[1]);
     j.p.errorBound = j.p.userBound = pick_bound(src[2], src[3]);
+    if (src[0] >> 6) {
+        typed_job t;
+        t.dtype = DSZ_DTYPE_FLOAT32 + (src[0] >> 6);
+        t.raw = src + HEADER;
+        n = (size - HEADER) / (t.dtype == DSZ_DTYPE_FLOAT16 ? 2 : 1);
+        if (t.dtype != DSZ_DTYPE_FLOAT16) j.p.errorBound = j.p.userBound = src[3] + 0.5;
+        j.p.mode = DSZ_MODE_ABS;
+        if (src[0] & 1) {
+            j.cols = (size_t)src[4] % 64 + 1;
+            j.rows = n / j.cols;
+            n = j.rows * j.cols;
+        } else {
+            j.ndim = 1;
+            j.shape[0] = n;
+        }
+        t.j = j;
+        roundtrip_typed(&t, n, src[0] & 1);
+        return 0;
+    }
     n = (size - HEADER) / 4;
     x = fuzz_floats(n, 0);
     for (i = 0; i < n; i++) {

@@ -1,5 +1,6 @@
-/* Fuzz target: the sparse decoder dsz_decodeSparse on untrusted frames, under the frame's own
- * index codec and then with the same sections read under the two others. Only frames whose
+/* Fuzz target: the sparse decoders dsz_decodeSparse (float32 frames) and dsz_decodeSparseTyped
+ * (float16, int8, uint8 frames) on untrusted frames, under the frame's own index codec and then
+ * with the same sections read under the two others. Only frames whose
  * sections are stored raw are decoded: libdsz reads no lossless wrapper itself. Checks: a
  * decode that succeeds returns the header's nnz and writes no more than nnz values; a
  * destination one value short is exactly DSZ_error_dstSize_tooSmall. */
@@ -31,24 +32,44 @@ int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
     is = (size_t)info.indexRawSize;
     data = src + hs;
     index = data + ds;
+    if (info.dtype != DSZ_DTYPE_FLOAT32) {
+        float* const dst = fuzz_floats(n, 1);
+        FUZZ_CHECK_ERROR(dsz_decodeSparse(dst, n, &info, data, ds, index, is), DSZ_error_frameParameter_unsupported);
+        free(dst);
+    }
     for (codec = 0; codec <= DSZ_INDEX_BITMAP; codec++) {
         dsz_frameInfo g = info;
-        float* const dst = fuzz_floats(n, 1);
+        /* exactly n values of the frame's dtype, zero-filled: ASan sees a write past them */
+        size_t const width = info.dtype == DSZ_DTYPE_FLOAT32 ? 4 : info.dtype == DSZ_DTYPE_FLOAT16 ? 2 : 1;
+        uint8_t* const dst = (uint8_t*)calloc(n ? n * width : 1, 1);
         size_t r, small;
+        if (!dst) abort();
         g.indexCodec = (info.indexCodec + codec) % (DSZ_INDEX_BITMAP + 1);
-        r = dsz_decodeSparse(dst, n, &g, data, ds, index, is);
+        r = dsz_decodeSparseTyped(dst, n, &g, data, ds, index, is);
         if (!dsz_isError(r)) {
             FUZZ_CHECK(r == info.nnz, "decoded %zu of %llu non-zeros", r, info.nnz);
             if (n <= SCAN_VALUES) {
-                size_t i, written = 0;
-                for (i = 0; i < n; i++) written += dst[i] != 0.0f;
+                size_t i, j, written = 0;
+                for (i = 0; i < n; i++) {
+                    int any = 0;
+                    for (j = 0; j < width; j++) any |= dst[i * width + j] != 0;
+                    written += any;
+                }
                 FUZZ_CHECK(written <= info.nnz, "%zu values written, nnz %llu", written, info.nnz);
             }
+        }
+        if (info.dtype == DSZ_DTYPE_FLOAT32) {
+            /* the float32 entry point: the same answer */
+            float* const f = fuzz_floats(n, 1);
+            size_t const rf = dsz_decodeSparse(f, n, &g, data, ds, index, is);
+            FUZZ_CHECK(rf == r, "float32: %s, typed: %s", dsz_getErrorName(rf), dsz_getErrorName(r));
+            if (!dsz_isError(r)) FUZZ_CHECK(!memcmp(f, dst, n * sizeof(float)), "typed and float32 decoders differ");
+            free(f);
         }
         if (n) {
             /* the destination is checked once the header is accepted, before any section is
              * read: too small is exactly that error, unless the header was refused already */
-            small = dsz_decodeSparse(dst, n - 1, &g, data, ds, index, is);
+            small = dsz_decodeSparseTyped(dst, n - 1, &g, data, ds, index, is);
             if (codec == 0 || !dsz_isError(r)) FUZZ_CHECK_ERROR(small, DSZ_error_dstSize_tooSmall);
             else if (dsz_getErrorCode(small) != DSZ_error_dstSize_tooSmall)
                 FUZZ_CHECK(small == r, "short destination: %s, full one: %s", dsz_getErrorName(small),

@@ -133,6 +133,78 @@ static int sparse_seed(const char* name, size_t rows, size_t cols, double densit
     return bad;
 }
 
+/* n values of a dtype (float16 bit patterns, int8, uint8) like the float seeds: a sine with
+ * noise, zeros where unif() >= density; float16 gets the special values too */
+static unsigned char* typed_values(unsigned dtype, size_t n, double density, double scale)
+{
+    size_t const width = dtype == DSZ_DTYPE_FLOAT16 ? 2 : 1;
+    unsigned char* v = (unsigned char*)calloc(n ? n * width : 1, 1);
+    size_t i;
+    static const unsigned char sp16[8] = {0x00, 0x7e, 0x00, 0x7c, 0x00, 0xfc, 0x01, 0x00}; /* NaN, +-Inf, subnormal */
+    if (!v) return NULL;
+    for (i = 0; i < n; i++) {
+        double const x = unif() < density ? sin((double)i * 0.3) + 0.2 * (unif() - 0.5) : 0.0;
+        if (dtype == DSZ_DTYPE_FLOAT16) {
+            /* the float16 nearest to x within 2^-11 relative: enough for a seed */
+            int e;
+            double const m = frexp(x, &e);
+            unsigned const sign = x < 0, mant = (unsigned)(fabs(m) * 2048.0) & 0x3ff;
+            unsigned const bits = x == 0.0 || e < -13 ? 0 : (sign << 15) | ((unsigned)(e + 14) << 10) | mant;
+            v[2 * i] = (unsigned char)bits;
+            v[2 * i + 1] = (unsigned char)(bits >> 8);
+        } else {
+            double const q = x * scale + (dtype == DSZ_DTYPE_UINT8 ? 128.0 : 0.0);
+            v[i] = (unsigned char)(signed char)(q < -128 ? -128 : q > 255 ? 255 : (int)q);
+        }
+    }
+    if (dtype == DSZ_DTYPE_FLOAT16 && n >= 4) memcpy(v, sp16, sizeof(sp16));
+    return v;
+}
+
+/* array and sparse frames of a dtype: into the array or sparse, header and index corpora */
+static int typed_seed(const char* name, unsigned dtype, size_t rows, size_t cols, double density, double eb,
+                      unsigned pred, int sparse, unsigned codec)
+{
+    size_t const n = rows * cols;
+    unsigned long long const shape[2] = {rows, cols};
+    unsigned char* v = typed_values(dtype, n, density, 60.0);
+    size_t const cap = dsz_sparseBound(rows, cols, n, 0) + dsz_compressBound(n, 0);
+    void* buf = malloc(cap);
+    dsz_params const p = params(eb, pred, 0);
+    size_t r;
+    int bad;
+    if (!v || !buf) return 1;
+    r = sparse ? dsz_encodeSparseTyped(buf, cap, v, dtype, rows, cols, &p, codec)
+               : dsz_compressTyped(buf, cap, v, dtype, shape, 2, &p);
+    if (dsz_isError(r)) {
+        fprintf(stderr, "%s: %s\n", name, dsz_getErrorName(r));
+        bad = 1;
+    } else {
+        bad = save(sparse ? "sparse" : "array", name, buf, r) | save("header", name, buf, r);
+        if (sparse) bad |= index_seed(name, buf, r);
+    }
+    free(v);
+    free(buf);
+    return bad;
+}
+
+/* fuzz_roundtrip's input for a dtype: flags bits 6-7 the dtype, the mantissa byte k (int bound) */
+static int typed_roundtrip_seed(const char* name, unsigned dtype, unsigned char flags, unsigned char e,
+                                unsigned char k, unsigned char shape, size_t n, double density)
+{
+    size_t const width = dtype == DSZ_DTYPE_FLOAT16 ? 2 : 1;
+    unsigned char* v = typed_values(dtype, n, density, 60.0);
+    unsigned char* in = (unsigned char*)malloc(5 + width * n);
+    int bad;
+    if (!v || !in) return 1;
+    in[0] = (unsigned char)(flags | (dtype - DSZ_DTYPE_FLOAT32) << 6); in[1] = 255; in[2] = e; in[3] = k; in[4] = shape;
+    memcpy(in + 5, v, width * n);
+    bad = save("roundtrip", name, in, 5 + width * n);
+    free(v);
+    free(in);
+    return bad;
+}
+
 int main(int argc, char** argv)
 {
     static const unsigned long long s1[1] = {200}, s2[2] = {12, 17}, s3[3] = {4, 5, 6}, s0[1] = {0};
@@ -180,5 +252,28 @@ int main(int argc, char** argv)
     }
     bad |= roundtrip_seed("array_tiny_bound", 0, 255, 1, 1, 16, 1.0, 0);
     bad |= roundtrip_seed("array_huge_bound", 2, 255, 254, 1, 16, 1.0, 1);
+    /* float16, int8, uint8 frames (format version 2) */
+    {
+        static const unsigned dtypes[3] = {DSZ_DTYPE_FLOAT16, DSZ_DTYPE_INT8, DSZ_DTYPE_UINT8};
+        static const char* const dn[3] = {"f16", "i8", "u8"};
+        unsigned t;
+        for (t = 0; t < 3; t++) {
+            double const eb = dtypes[t] == DSZ_DTYPE_FLOAT16 ? 1e-2 : 1.5;
+            for (pred = DSZ_PRED_NONE; pred <= DSZ_PRED_LORENZO; pred++) {
+                snprintf(name, sizeof(name), "%s_%s_12x17", dn[t], preds[pred]);
+                bad |= typed_seed(name, dtypes[t], 12, 17, 1.0, eb, pred, 0, 0);
+                for (c = DSZ_INDEX_GAP8; c <= DSZ_INDEX_BITMAP; c++) {
+                    snprintf(name, sizeof(name), "%s_%s_%s_30x40", dn[t], preds[pred], codecs[c]);
+                    bad |= typed_seed(name, dtypes[t], 30, 40, 0.1, eb, pred, 1, c);
+                }
+            }
+            snprintf(name, sizeof(name), "%s_lossless_20x10", dn[t]);
+            if (dtypes[t] != DSZ_DTYPE_FLOAT16) bad |= typed_seed(name, dtypes[t], 20, 10, 1.0, 0.5, DSZ_PRED_NONE, 0, 0);
+            snprintf(name, sizeof(name), "%s_array", dn[t]);
+            bad |= typed_roundtrip_seed(name, dtypes[t], 2, 141, 1, 1, 120, 1.0);
+            snprintf(name, sizeof(name), "%s_sparse", dn[t]);
+            bad |= typed_roundtrip_seed(name, dtypes[t], 1 | 1 << 3, 141, 2, 15, 160, 0.2);
+        }
+    }
     return bad;
 }

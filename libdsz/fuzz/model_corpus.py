@@ -4,7 +4,8 @@
 
 Packs the bundled models (pydsz/data) at bound 0.005, the small one also lossless, and two of them
 pruned to 10% of their FC weights (magnitude; gives sparse streams under the index codecs the
-packer picks). Writes:
+packer picks); and lenet300's float16 and int8 versions pruned the same way (at 0.005 and 1 step).
+Writes:
   corpus/dsz/        the .dsz files (tests/fuzz_load.py, tests/test_fuzz_replay.py)
   corpus/header/     every tensor stream as stored (lossless wrappers included) and unwrapped
   corpus/array/, corpus/sparse/   the streams unwrapped into raw frames, what libdsz reads
@@ -81,6 +82,11 @@ def main() -> None:
             variants.append((f"{model}_pruned10_e0.005", pydsz.pack_model(pruned(tflite, 0.1), BOUND)))
         if model == "shared":
             variants.append((f"{model}_lossless", pydsz.pack_model(tflite, 0.0)))
+    # the float16 and int8 reference models (stored dtypes, container version 2), pruned to stay small
+    for model, bound in (("lenet300_f16", BOUND), ("lenet300_int8", "1q")):
+        tflite = pruned((DATA / f"{model}.tflite").read_bytes(), 0.1)
+        variants.append((f"{model}_pruned10_{bound if isinstance(bound, str) else f'e{bound}'}",
+                         pydsz.pack_model(tflite, bound)))
     for name, dsz in variants:
         if len(dsz) <= 4 * MAX_FRAME:
             write("dsz", f"{name}.dsz", dsz)

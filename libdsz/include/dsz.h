@@ -28,8 +28,9 @@ extern "C" {
 #define DSZ_VERSION_MINOR 1
 #define DSZ_VERSION_PATCH 0
 #define DSZ_VERSION_NUMBER (DSZ_VERSION_MAJOR * 10000 + DSZ_VERSION_MINOR * 100 + DSZ_VERSION_PATCH)
-/* version of the byte format written; decoders accept versions <= this one */
-#define DSZ_FORMAT_VERSION 1
+/* newest version of the byte format; decoders accept versions <= this one. Frames are written with
+   the oldest version that holds them: 1 for float32, 2 for the other dtypes (doc/format.md) */
+#define DSZ_FORMAT_VERSION 2
 
 #define DSZ_MAX_NDIM 8
 #define DSZ_RADIUS_DEFAULT 32768u
@@ -57,6 +58,12 @@ extern "C" {
 #define DSZ_INDEX_GAP8 0u    /* DeepSZ: 8-bit gaps, 0 = skip 255 (meant for a lossless wrapper) */
 #define DSZ_INDEX_HUFFGAP 1u /* the same gap symbols, canonical-Huffman coded */
 #define DSZ_INDEX_BITMAP 2u  /* the non-zero bitmap, context-adaptive arithmetic coded */
+
+/* element types of a frame (the stored dtype of a tensor) */
+#define DSZ_DTYPE_FLOAT32 1u
+#define DSZ_DTYPE_FLOAT16 2u /* IEEE binary16, little-endian */
+#define DSZ_DTYPE_INT8 3u
+#define DSZ_DTYPE_UINT8 4u
 
 /* frame kinds */
 #define DSZ_KIND_ARRAY 1u
@@ -91,7 +98,7 @@ typedef struct {
 typedef struct {
     unsigned kind;       /* DSZ_KIND_ARRAY or DSZ_KIND_SPARSE */
     unsigned version;    /* format version of the frame */
-    unsigned dtype;      /* 1 = float32 (the only one) */
+    unsigned dtype;      /* DSZ_DTYPE_* */
     unsigned ndim;       /* array: 0..DSZ_MAX_NDIM; sparse: 2 */
     unsigned predictor;  /* DSZ_PRED_NONE or DSZ_PRED_LORENZO */
     unsigned mode;       /* DSZ_MODE_ABS or DSZ_MODE_REL */
@@ -158,7 +165,8 @@ size_t dsz_writeFrameHeader(void* dst,                  /* output buffer */
                             size_t dstCapacity,         /* its size (<= 112 bytes needed) */
                             const dsz_frameInfo* info); /* header fields; headerSize is ignored */
 
-/* Decode an array frame's data section (already unwrapped, i.e. raw) into dst.
+/* Decode a float32 array frame's data section (already unwrapped, i.e. raw) into dst
+ * (frames of other dtypes: DSZ_error_frameParameter_unsupported, see dsz_decompressArrayTyped).
  * Mallocs a decoding table. Returns the number of values written, or an error code. */
 size_t dsz_decompressArray(float* dst,                 /* output, info->nElements values */
                            size_t dstCapacity,         /* capacity of dst in values */
@@ -172,6 +180,52 @@ size_t dsz_decompress(float* dst,          /* output buffer */
                       size_t dstCapacity,  /* its capacity in values */
                       const void* src,     /* frame bytes */
                       size_t srcSize);     /* exact frame size */
+
+/* ---- other stored dtypes (float16, int8, uint8) ----
+ * The same codecs on values of another type: every decoded value is within errorBound of the
+ * original after the rounding to the type (the encoder checks each one as it is rounded and
+ * stores the value verbatim where the check fails). For int8 and uint8 the bound must be k + 0.5
+ * with k in 0..255: every decoded integer is within k of the original (k = 0: lossless).
+ * Values are little-endian, in the type's natural size; the scratch of the encoders grows by
+ * 4 bytes per value (the values as floats). */
+
+/* Compress an array of the given dtype. Returns the frame size, or an error code. */
+size_t dsz_compressTyped(void* dst,                      /* output buffer */
+                         size_t dstCapacity,             /* dsz_compressBound(n, radius) suffices */
+                         const void* src,                /* n values of dtype, C order */
+                         unsigned dtype,                 /* DSZ_DTYPE_* */
+                         const unsigned long long* shape, /* ndim extents */
+                         unsigned ndim,                  /* 0..DSZ_MAX_NDIM */
+                         const dsz_params* params);      /* bound, predictor, radius */
+
+/* Decode an array frame's raw data section into dst as the frame's dtype (info->dtype).
+ * Returns the number of values written, or an error code. */
+size_t dsz_decompressArrayTyped(void* dst,                 /* output, info->nElements values */
+                                size_t dstCapacity,        /* capacity of dst in values of info->dtype */
+                                const dsz_frameInfo* info, /* from dsz_getFrameInfo() */
+                                const void* data,          /* raw data section */
+                                size_t dataSize);          /* must equal info->dataRawSize */
+
+/* Encode a dense row-major matrix of the given dtype as (data, index) of its non-zeros (values
+ * other than +-0). Returns the frame size, or an error code. */
+size_t dsz_encodeSparseTyped(void* dst,                /* output buffer */
+                             size_t dstCapacity,       /* dsz_sparseBound(rows, cols, nnz, radius) suffices */
+                             const void* w,            /* rows * cols values of dtype, C order */
+                             unsigned dtype,           /* DSZ_DTYPE_* */
+                             size_t rows,              /* matrix rows */
+                             size_t cols,              /* matrix columns */
+                             const dsz_params* params, /* bound, predictor, radius */
+                             unsigned indexCodec);     /* DSZ_INDEX_* */
+
+/* Rebuild a dense matrix of the frame's dtype from a sparse frame's raw sections in one pass.
+ * dst MUST be zero-filled. Returns nnz, or an error code. */
+size_t dsz_decodeSparseTyped(void* dst,                /* output, info->nElements values, zero-filled */
+                             size_t dstCapacity,       /* capacity of dst in values of info->dtype */
+                             const dsz_frameInfo* info, /* from dsz_getFrameInfo() */
+                             const void* data,         /* raw data section */
+                             size_t dataSize,          /* must equal info->dataRawSize */
+                             const void* index,        /* raw index section */
+                             size_t indexSize);        /* must equal info->indexRawSize */
 
 /* ---- sparse matrices ---- */
 
@@ -201,7 +255,7 @@ size_t dsz_encodeSparseIndex(void* dst,            /* output buffer */
                              size_t cols,          /* matrix columns */
                              unsigned indexCodec); /* DSZ_INDEX_* */
 
-/* Rebuild a dense matrix from a sparse frame's raw sections in one pass: index decoding,
+/* Rebuild a dense float32 matrix from a sparse frame's raw sections in one pass: index decoding,
  * data decoding, dequantization and scatter fused. dst MUST be zero-filled by the caller
  * (e.g. calloc); only non-zero positions are written. Mallocs decoding tables.
  * Returns nnz, or an error code. */

@@ -1,5 +1,6 @@
 /* The array codec: a frame header followed by one data section. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "common.h"
 
@@ -25,26 +26,18 @@ size_t dsz_checkParams(const dsz_params* p, unsigned* radius)
     return 0;
 }
 
-size_t dsz_compress(void* dstv, size_t cap, const float* src, const unsigned long long* shape, unsigned ndim,
-                    const dsz_params* p)
+/* src: n floats (float32) or n values of dtype converted to floats by the caller */
+static size_t compress_floats(uint8_t* dst, size_t cap, const float* src, uint64_t n, unsigned dtype,
+                              const unsigned long long* shape, unsigned ndim, const dsz_params* p, unsigned radius)
 {
-    uint8_t* const dst = (uint8_t*)dstv;
     dsz_frameInfo f;
     dsz_quant q;
-    unsigned radius = 0, pred, i;
-    uint64_t n = 1;
+    unsigned pred, i;
     size_t hs, ds;
-    DSZ_CHECK(dsz_checkParams(p, &radius));
-    if (ndim > DSZ_MAX_NDIM || (ndim && !shape)) return DSZ_ERROR(parameter_outOfBound);
-    for (i = 0; i < ndim; i++) {
-        if (shape[i] && n > DSZ_MAX_ELEMENTS / shape[i]) return DSZ_ERROR(parameter_outOfBound);
-        n *= shape[i];
-    }
-    if (n && !src) return DSZ_ERROR(parameter_unsupported);
     memset(&f, 0, sizeof(f));
     f.kind = DSZ_KIND_ARRAY;
-    f.version = DSZ_FORMAT_VERSION;
-    f.dtype = 1;
+    f.version = dsz_dtype_version(dtype);
+    f.dtype = dtype;
     f.ndim = ndim;
     for (i = 0; i < ndim; i++) f.shape[i] = shape[i];
     f.mode = p->mode;
@@ -53,7 +46,7 @@ size_t dsz_compress(void* dstv, size_t cap, const float* src, const unsigned lon
     f.userBound = p->userBound;
     hs = 48 + 8 * (size_t)ndim;
     if (cap < hs) return DSZ_ERROR(dstSize_tooSmall);
-    dsz_quant_init(&q, p->errorBound, radius, 0);
+    dsz_quant_init(&q, p->errorBound, radius, 0, dtype);
     pred = p->predictor;
     ds = dsz_data_encode(dst + hs, cap - hs, src, (size_t)n, &q, &pred);
     if (dsz_isError(ds)) return ds;
@@ -63,7 +56,54 @@ size_t dsz_compress(void* dstv, size_t cap, const float* src, const unsigned lon
     return hs + ds;
 }
 
-size_t dsz_decompressArray(float* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data, size_t dataSize)
+/* the element count of a shape, or an error */
+static size_t check_shape(const unsigned long long* shape, unsigned ndim, uint64_t* n)
+{
+    unsigned i;
+    *n = 1;
+    if (ndim > DSZ_MAX_NDIM || (ndim && !shape)) return DSZ_ERROR(parameter_outOfBound);
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] && *n > DSZ_MAX_ELEMENTS / shape[i]) return DSZ_ERROR(parameter_outOfBound);
+        *n *= shape[i];
+    }
+    return 0;
+}
+
+size_t dsz_compress(void* dst, size_t cap, const float* src, const unsigned long long* shape, unsigned ndim,
+                    const dsz_params* p)
+{
+    unsigned radius = 0;
+    uint64_t n;
+    DSZ_CHECK(dsz_checkParams(p, &radius));
+    DSZ_CHECK(check_shape(shape, ndim, &n));
+    if (n && !src) return DSZ_ERROR(parameter_unsupported);
+    return compress_floats((uint8_t*)dst, cap, src, n, DSZ_DTYPE_FLOAT32, shape, ndim, p, radius);
+}
+
+size_t dsz_compressTyped(void* dst, size_t cap, const void* src, unsigned dtype, const unsigned long long* shape,
+                         unsigned ndim, const dsz_params* p)
+{
+    unsigned radius = 0;
+    uint64_t n;
+    float* vals;
+    size_t r;
+    DSZ_CHECK(dsz_checkParams(p, &radius));
+    DSZ_CHECK(check_shape(shape, ndim, &n));
+    if (!dsz_dtype_size(dtype)) return DSZ_ERROR(parameter_unsupported);
+    if (!dsz_dtype_bound_ok(dtype, p->errorBound)) return DSZ_ERROR(parameter_outOfBound);
+    if (n && !src) return DSZ_ERROR(parameter_unsupported);
+    if (dtype == DSZ_DTYPE_FLOAT32) return compress_floats((uint8_t*)dst, cap, (const float*)src, n, dtype, shape, ndim, p, radius);
+    if (n > (uint64_t)((size_t)-1 / sizeof(float))) return DSZ_ERROR(parameter_outOfBound);
+    vals = (float*)malloc(sizeof(float) * (n ? (size_t)n : 1));
+    if (!vals) return DSZ_ERROR(memory_allocation);
+    dsz_dtype_load(vals, src, dtype, (size_t)n);
+    r = compress_floats((uint8_t*)dst, cap, vals, n, dtype, shape, ndim, p, radius);
+    free(vals);
+    return r;
+}
+
+size_t dsz_decompressArrayTyped(void* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data,
+                                size_t dataSize)
 {
     dsz_dataDec d;
     dsz_quant q;
@@ -82,12 +122,18 @@ size_t dsz_decompressArray(float* dst, size_t dstCapacity, const dsz_frameInfo* 
     }
     if (dataSize != f->dataRawSize) return DSZ_ERROR(srcSize_wrong);
     if (dstCapacity < f->nElements) return DSZ_ERROR(dstSize_tooSmall);
-    dsz_quant_init(&q, f->errorBound, f->radius, 0);
+    dsz_quant_init(&q, f->errorBound, f->radius, 0, f->dtype);
     r = dsz_data_open(&d, (const uint8_t*)data, dataSize, (size_t)f->nElements, &q, f->predictor);
     if (dsz_isError(r)) return r;
-    r = dsz_data_decodeAll(&d, dst, (size_t)f->nElements);
+    r = dsz_data_decodeAllTyped(&d, dst, (size_t)f->nElements);
     dsz_data_free(&d);
     return dsz_isError(r) ? r : (size_t)f->nElements;
+}
+
+size_t dsz_decompressArray(float* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data, size_t dataSize)
+{
+    if (f && f->dtype != DSZ_DTYPE_FLOAT32) return DSZ_ERROR(frameParameter_unsupported);
+    return dsz_decompressArrayTyped(dst, dstCapacity, f, data, dataSize);
 }
 
 size_t dsz_decompress(float* dst, size_t dstCapacity, const void* src, size_t srcSize)

@@ -153,25 +153,58 @@ DSZ_INLINE uint64_t dsz_br_consumed(const dsz_bitReader* r)
 
 /* ---- stage interfaces ---- */
 
+/* dtype.c: the stored element types */
+/* bytes of one value, 0 for an unknown dtype */
+unsigned dsz_dtype_size(unsigned dtype);
+/* the format version a frame of this dtype is written with (doc/format.md) */
+unsigned dsz_dtype_version(unsigned dtype);
+/* whether eb is a valid absolute bound for the dtype (integer types: k + 1/2, k in 0..255) */
+int dsz_dtype_bound_ok(unsigned dtype, double eb);
+/* float16 bit pattern -> float, exact (NaN payloads kept) */
+float dsz_f16_to_f32(uint32_t h);
+/* float -> float16 bit pattern, exact for every value float16 holds (what the decoders write) */
+uint32_t dsz_f32_to_f16(float f);
+/* r rounded once to float16, nearest even, as a float; 0 where it would round to infinity */
+float dsz_f16_round(double r);
+/* n values of the dtype (little-endian) as floats */
+void dsz_dtype_load(float* dst, const void* src, unsigned dtype, size_t n);
+/* n floats that the dtype holds exactly, written as the dtype */
+void dsz_dtype_store(void* dst, const float* src, unsigned dtype, size_t n);
+/* dst[pos[j]] = val[j] in the dtype */
+void dsz_dtype_scatter(void* dst, const size_t* pos, const float* val, size_t m, unsigned dtype);
+/* a verbatim value (dsz_dtype_size bytes) */
+float dsz_outlier_read(const uint8_t* p, unsigned dtype);
+/* a verbatim value given as its float's bit pattern, written as the dtype */
+void dsz_outlier_write(uint8_t* p, uint32_t bits, unsigned dtype);
 /* quantize.c: the predictor + linear-scaling quantizer */
 typedef struct {
     double eb, step, inv;
     unsigned radius;
     int keepNonzero; /* sparse data: a non-zero must not reconstruct to 0 */
+    unsigned dtype;  /* DSZ_DTYPE_*: what reconstructions are rounded to */
 } dsz_quant;
-void dsz_quant_init(dsz_quant* q, double eb, unsigned radius, int keepNonzero);
-/* symbols (0 = outlier) into sym[], outliers' bit patterns into out[]; returns outlier count */
+void dsz_quant_init(dsz_quant* q, double eb, unsigned radius, int keepNonzero, unsigned dtype);
+/* symbols (0 = outlier) into sym[], outliers' float bit patterns into out[]; returns outlier count */
 size_t dsz_quantize(const dsz_quant* q, unsigned predictor, const float* src, size_t n,
                     uint32_t* sym, uint32_t* outl, uint64_t* hist);
 /* histogram only (for predictor choice) */
 void dsz_quantize_hist(const dsz_quant* q, unsigned predictor, const float* src, size_t n, uint64_t* hist);
 /* reconstruction of symbol s (1..2r-1) with zero prediction, as both sides compute it */
 float dsz_dequant_none(const dsz_quant* q, uint32_t s);
-/* Lorenzo reconstruction from a prediction, overflow-safe; as both sides compute it */
-DSZ_INLINE float dsz_dequant_lorenzo(double step, float pred, int32_t qi)
+/* a reconstruction computed in double, rounded once to the stored type; 0 outside its range */
+DSZ_INLINE float dsz_recon(double r, unsigned dtype)
 {
-    double const r = (double)pred + (double)qi * step;
-    return (r > 3.4028234663852886e38 || r < -3.4028234663852886e38) ? 0.0f : (float)r;
+    if (DSZ_LIKELY(dtype == DSZ_DTYPE_FLOAT32))
+        return (r > 3.4028234663852886e38 || r < -3.4028234663852886e38) ? 0.0f : (float)r;
+    if (dtype == DSZ_DTYPE_FLOAT16) return dsz_f16_round(r);
+    /* integer types: the step and every prediction are integers (dsz_dtype_bound_ok), so is r */
+    if (dtype == DSZ_DTYPE_INT8) return (r >= -128.0 && r <= 127.0) ? (float)r : 0.0f;
+    return (r >= 0.0 && r <= 255.0) ? (float)r : 0.0f;
+}
+/* Lorenzo reconstruction from a prediction, overflow-safe; as both sides compute it */
+DSZ_INLINE float dsz_dequant_lorenzo(double step, float pred, int32_t qi, unsigned dtype)
+{
+    return dsz_recon((double)pred + (double)qi * step, dtype);
 }
 
 /* huffman.c: canonical Huffman, lengths <= DSZ_HUF_MAXLEN */
@@ -232,6 +265,7 @@ typedef struct {
     dsz_bitReader br;
     const uint8_t* outl;  /* outlier bit patterns */
     uint64_t nOut, kOut;
+    unsigned outSize;     /* bytes of one outlier: dsz_dtype_size(q.dtype) */
     uint64_t bitBytes;
     float* deq;           /* predictor none: value per symbol (alphabet-sized) */
     dsz_quant q;
@@ -252,13 +286,10 @@ DSZ_INLINE int dsz_data_next(dsz_dataDec* d, float* v)
     dsz_br_refill(&d->br);
     s = dsz_huf_decode(&d->huf, &d->br);
     if (DSZ_LIKELY(s != 0 && s != UINT32_MAX)) {
-        r = dsz_dequant_lorenzo(d->q.step, d->pred, (int32_t)s - (int32_t)d->q.radius);
+        r = dsz_dequant_lorenzo(d->q.step, d->pred, (int32_t)s - (int32_t)d->q.radius, d->q.dtype);
     } else {
         if (s == UINT32_MAX || d->kOut >= d->nOut || d->br.pad > 16) return -1;
-        {
-            uint32_t const u = dsz_rd32(d->outl + 4 * d->kOut);
-            memcpy(&r, &u, 4);
-        }
+        r = dsz_outlier_read(d->outl + d->outSize * d->kOut, d->q.dtype);
         d->kOut++;
     }
     *v = r;
@@ -269,6 +300,8 @@ DSZ_INLINE int dsz_data_next(dsz_dataDec* d, float* v)
 int dsz_data_decode(dsz_dataDec* d, float* dst, size_t n);
 /* plain decode of all n values, then the final checks */
 size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n);
+/* the same, written as the stored dtype (through a small float buffer) */
+size_t dsz_data_decodeAllTyped(dsz_dataDec* d, void* dst, size_t n);
 
 /* bitmap.c: the non-zero bitmap under context-adaptive binary arithmetic coding */
 #define DSZ_BITMAP_MAX_COLS ((size_t)1 << 24)

@@ -1,6 +1,6 @@
-/* A data section: n float32 values through predictor + quantizer, Huffman-coded symbols
- * and the verbatim outliers.
- * Layout: nOut u64 | Huffman table | bitBytes u64 | bitstream | nOut * 4 bytes of outliers. */
+/* A data section: n values through predictor + quantizer, Huffman-coded symbols and the
+ * verbatim outliers in the frame's dtype.
+ * Layout: nOut u64 | Huffman table | bitBytes u64 | bitstream | nOut * dtype size bytes of outliers. */
 #include <stdlib.h>
 
 #include "common.h"
@@ -77,9 +77,12 @@ size_t dsz_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, con
     if (bw.overflow) { ret = DSZ_ERROR(dstSize_tooSmall); goto done; }
     dsz_wr64(dst + pos, (uint64_t)(bw.p - (dst + pos + 8)));
     pos = (size_t)(bw.p - dst);
-    if (cap - pos < 4 * nOut) { ret = DSZ_ERROR(dstSize_tooSmall); goto done; }
-    for (i = 0; i < nOut; i++) dsz_wr32(dst + pos + 4 * i, outl[i]);
-    pos += 4 * nOut;
+    {
+        unsigned const osz = dsz_dtype_size(q->dtype);
+        if (cap - pos < osz * nOut) { ret = DSZ_ERROR(dstSize_tooSmall); goto done; }
+        for (i = 0; i < nOut; i++) dsz_outlier_write(dst + pos + osz * i, outl[i], q->dtype);
+        pos += osz * nOut;
+    }
     *predictor = pred;
     ret = pos;
 done:
@@ -105,6 +108,8 @@ size_t dsz_data_open(dsz_dataDec* d, const uint8_t* src, size_t size, size_t n, 
     memset(d, 0, sizeof(*d));
     d->q = *q;
     d->predictor = predictor;
+    d->outSize = dsz_dtype_size(q->dtype);
+    if (!d->outSize) return DSZ_ERROR(frameParameter_unsupported);
     if (predictor != DSZ_PRED_NONE && predictor != DSZ_PRED_LORENZO) return DSZ_ERROR(frameParameter_unsupported);
     if (size < 8) return DSZ_ERROR(srcSize_wrong);
     nOut = dsz_rd64(src);
@@ -116,7 +121,7 @@ size_t dsz_data_open(dsz_dataDec* d, const uint8_t* src, size_t size, size_t n, 
     if (size - pos < 8) { dsz_data_free(d); return DSZ_ERROR(srcSize_wrong); }
     bitBytes = dsz_rd64(src + pos);
     pos += 8;
-    if (bitBytes > size - pos || (size - pos) - bitBytes != 4 * nOut) { dsz_data_free(d); return DSZ_ERROR(srcSize_wrong); }
+    if (bitBytes > size - pos || (size - pos) - bitBytes != d->outSize * nOut) { dsz_data_free(d); return DSZ_ERROR(srcSize_wrong); }
     /* every symbol takes at least one bit; an empty code only codes nothing */
     if ((n > 0 && d->huf.maxLen == 0) || (n == 0 && d->huf.maxLen != 0) || n / 8 > bitBytes) {
         dsz_data_free(d);
@@ -159,9 +164,11 @@ int dsz_data_decode(dsz_dataDec* d, float* dst, size_t n)
                     dst[i] = deq[s - lo];
                 } else {
                     if (s == UINT32_MAX || d->kOut >= d->nOut) return -1;
-                    {
+                    if (d->q.dtype == DSZ_DTYPE_FLOAT32) { /* the bit pattern, NaN payloads and all */
                         uint32_t const u = dsz_rd32(d->outl + 4 * d->kOut);
                         memcpy(dst + i, &u, 4);
+                    } else {
+                        dst[i] = dsz_outlier_read(d->outl + d->outSize * d->kOut, d->q.dtype);
                     }
                     d->kOut++;
                 }
@@ -177,5 +184,21 @@ int dsz_data_decode(dsz_dataDec* d, float* dst, size_t n)
 size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n)
 {
     if (dsz_data_decode(d, dst, n)) return DSZ_ERROR(corruption_detected);
+    return dsz_data_close(d);
+}
+
+size_t dsz_data_decodeAllTyped(dsz_dataDec* d, void* dst, size_t n)
+{
+    /* a float buffer small enough for the cache, the values then written as the dtype: the decoded
+       tensor never exists as float32 as a whole */
+    float buf[256];
+    size_t const size = d->outSize;
+    size_t i;
+    if (d->q.dtype == DSZ_DTYPE_FLOAT32) return dsz_data_decodeAll(d, (float*)dst, n);
+    for (i = 0; i < n; i += 256) {
+        size_t const m = n - i < 256 ? n - i : 256;
+        if (dsz_data_decode(d, buf, m)) return DSZ_ERROR(corruption_detected);
+        dsz_dtype_store((uint8_t*)dst + size * i, buf, d->q.dtype, m);
+    }
     return dsz_data_close(d);
 }

@@ -16,11 +16,14 @@ static int bound_ok(double b) { return isfinite(b) && b > 0; }
 size_t dsz_frame_check(const dsz_frameInfo* f)
 {
     size_t dataBound;
-    if (f->dtype != 1) return DSZ_ERROR(frameParameter_unsupported);
+    if (!dsz_dtype_size(f->dtype)) return DSZ_ERROR(frameParameter_unsupported);
+    /* a version-1 frame holds float32 only: other dtypes came with version 2 */
+    if (f->version < dsz_dtype_version(f->dtype)) return DSZ_ERROR(corruption_detected);
     if (f->predictor > DSZ_PRED_LORENZO || f->mode > DSZ_MODE_REL) return DSZ_ERROR(frameParameter_unsupported);
     if (f->dataLossless > DSZ_LOSSLESS_ZLIB || f->indexLossless > DSZ_LOSSLESS_ZLIB) return DSZ_ERROR(frameParameter_unsupported);
     if (f->radius == 0 || f->radius > DSZ_RADIUS_MAX) return DSZ_ERROR(corruption_detected);
-    if (!bound_ok(f->errorBound) || !isfinite(f->userBound)) return DSZ_ERROR(corruption_detected);
+    if (!bound_ok(f->errorBound) || !dsz_dtype_bound_ok(f->dtype, f->errorBound) || !isfinite(f->userBound))
+        return DSZ_ERROR(corruption_detected);
     if (f->nnz > f->nElements || f->nElements > DSZ_MAX_ELEMENTS) return DSZ_ERROR(corruption_detected);
     /* a 32-bit build can neither address nor count more float32 values than this (nor can it cast
        nnz to size_t below): such a frame is valid but cannot be decoded here */
@@ -124,7 +127,9 @@ size_t dsz_writeFrameHeader(void* dstv, size_t cap, const dsz_frameInfo* f)
         return DSZ_ERROR(parameter_unsupported);
     }
     g.nElements = n;
-    if (f->version != DSZ_FORMAT_VERSION) return DSZ_ERROR(version_unsupported);
+    /* a version that holds the dtype (the encoders write the oldest one, so that older readers
+       keep reading float32 frames) */
+    if (f->version < dsz_dtype_version(f->dtype) || f->version > DSZ_FORMAT_VERSION) return DSZ_ERROR(version_unsupported);
     if (dsz_isError(dsz_frame_check(&g))) return DSZ_ERROR(parameter_outOfBound);
     if (cap < hs) return DSZ_ERROR(dstSize_tooSmall);
     memset(dst, 0, hs);

@@ -6,12 +6,12 @@
 
 #include "common.h"
 
-#define FLT_MAX_D 3.4028234663852886e38
 /* a quantization step beyond this is as good as infinite and keeps q * step finite */
 #define STEP_MAX 1e300
 
-void dsz_quant_init(dsz_quant* q, double eb, unsigned radius, int keepNonzero)
+void dsz_quant_init(dsz_quant* q, double eb, unsigned radius, int keepNonzero, unsigned dtype)
 {
+    q->dtype = dtype;
     q->eb = eb;
     q->step = 2.0 * eb > STEP_MAX ? STEP_MAX : 2.0 * eb;
     q->inv = 1.0 / q->step; /* inf when step is tiny: then every value is an outlier, still exact */
@@ -19,21 +19,14 @@ void dsz_quant_init(dsz_quant* q, double eb, unsigned radius, int keepNonzero)
     q->keepNonzero = keepNonzero;
 }
 
-DSZ_INLINE float dequant_none(double step, int32_t qi)
+DSZ_INLINE float dequant_none(double step, int32_t qi, unsigned dtype)
 {
-    double const r = (double)qi * step;
-    return (r > FLT_MAX_D || r < -FLT_MAX_D) ? 0.0f : (float)r;
+    return dsz_recon((double)qi * step, dtype);
 }
 
 float dsz_dequant_none(const dsz_quant* q, uint32_t s)
 {
-    return dequant_none(q->step, (int32_t)s - (int32_t)q->radius);
-}
-
-/* floor(d + 0.5) for |d| < 2^21 without a libm call */
-DSZ_INLINE int32_t round_half_up(double d)
-{
-    return (int32_t)(d + (0.5 + 4194304.0)) - 4194304;
+    return dequant_none(q->step, (int32_t)s - (int32_t)q->radius, q->dtype);
 }
 
 DSZ_INLINE uint32_t bits_of(float f)
@@ -43,9 +36,16 @@ DSZ_INLINE uint32_t bits_of(float f)
     return u;
 }
 
+/* floor(d + 0.5) for |d| < 2^21 without a libm call */
+DSZ_INLINE int32_t round_half_up(double d)
+{
+    return (int32_t)(d + (0.5 + 4194304.0)) - 4194304;
+}
+
 DSZ_INLINE size_t quantize_impl(const dsz_quant* q, unsigned predictor, const float* src, size_t n,
                                 uint32_t* sym, uint32_t* outl, uint64_t* hist, int store)
 {
+    unsigned const dtype = q->dtype;
     double const eb = q->eb, step = q->step, inv = q->inv;
     double const rmax = (double)q->radius - 1.0; /* |q| <= radius - 1 */
     int32_t const R = (int32_t)q->radius;
@@ -59,10 +59,10 @@ DSZ_INLINE size_t quantize_impl(const dsz_quant* q, unsigned predictor, const fl
             uint32_t s = 0;
             if (fabs(d) < rmax) { /* false for NaN */
                 int32_t qi = round_half_up(d);
-                float r = dequant_none(step, qi);
+                float r = dequant_none(step, qi, dtype);
                 if (keepNZ && r == 0.0f && xf != 0.0f) {
                     qi = x > 0 ? 1 : -1;
-                    r = dequant_none(step, qi);
+                    r = dequant_none(step, qi, dtype);
                 }
                 if (fabs(x - (double)r) <= eb && !(keepNZ && r == 0.0f && xf != 0.0f)) s = (uint32_t)(qi + R);
             }
@@ -81,7 +81,7 @@ DSZ_INLINE size_t quantize_impl(const dsz_quant* q, unsigned predictor, const fl
             float r = xf;
             if (fabs(d) < rmax) {
                 int32_t const qi = round_half_up(d);
-                float const rq = dsz_dequant_lorenzo(step, pred, qi);
+                float const rq = dsz_dequant_lorenzo(step, pred, qi, dtype);
                 if (fabs(x - (double)rq) <= eb && !(keepNZ && rq == 0.0f && xf != 0.0f)) {
                     s = (uint32_t)(qi + R);
                     r = rq;

@@ -111,27 +111,23 @@ size_t dsz_encodeSparseIndex(void* dst, size_t cap, const float* w, size_t rows,
     return encode_index((uint8_t*)dst, cap, w, rows, cols, count_nonzeros(w, n), codec);
 }
 
-size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, size_t cols, const dsz_params* p,
-                        unsigned codec)
+/* w: the matrix as floats (float32, or values of dtype converted by the caller) */
+static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned dtype, size_t rows, size_t cols,
+                            const dsz_params* p, unsigned radius, unsigned codec)
 {
-    uint8_t* const dst = (uint8_t*)dstv;
     dsz_frameInfo f;
     dsz_quant q;
-    unsigned radius = 0, pred;
-    size_t n, nnz, i, k, ds, is;
+    unsigned pred;
+    size_t const n = rows * cols;
+    size_t nnz, i, k, ds, is;
     float* vals;
-    DSZ_CHECK(dsz_checkParams(p, &radius));
-    if (codec > DSZ_INDEX_BITMAP) return DSZ_ERROR(parameter_unsupported);
-    if (!dsz_matrix_fits(rows, cols)) return DSZ_ERROR(parameter_outOfBound);
-    n = rows * cols;
-    if (n && !w) return DSZ_ERROR(parameter_unsupported);
     if (cap < SPARSE_HEADER) return DSZ_ERROR(dstSize_tooSmall);
     nnz = count_nonzeros(w, n);
     vals = (float*)malloc(sizeof(float) * (nnz ? nnz : 1));
     if (!vals) return DSZ_ERROR(memory_allocation);
     for (i = 0, k = 0; i < n; i++)
         if (w[i] != 0.0f) vals[k++] = w[i];
-    dsz_quant_init(&q, p->errorBound, radius, 1);
+    dsz_quant_init(&q, p->errorBound, radius, 1, dtype);
     pred = p->predictor;
     ds = dsz_data_encode(dst + SPARSE_HEADER, cap - SPARSE_HEADER, vals, nnz, &q, &pred);
     free(vals);
@@ -140,8 +136,8 @@ size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, siz
     if (dsz_isError(is)) return is;
     memset(&f, 0, sizeof(f));
     f.kind = DSZ_KIND_SPARSE;
-    f.version = DSZ_FORMAT_VERSION;
-    f.dtype = 1;
+    f.version = dsz_dtype_version(dtype);
+    f.dtype = dtype;
     f.ndim = 2;
     f.shape[0] = rows;
     f.shape[1] = cols;
@@ -156,6 +152,34 @@ size_t dsz_encodeSparse(void* dstv, size_t cap, const float* w, size_t rows, siz
     f.indexRawSize = f.indexStoredSize = is;
     DSZ_CHECK(dsz_writeFrameHeader(dst, SPARSE_HEADER, &f));
     return SPARSE_HEADER + ds + is;
+}
+
+size_t dsz_encodeSparse(void* dst, size_t cap, const float* w, size_t rows, size_t cols, const dsz_params* p,
+                        unsigned codec)
+{
+    return dsz_encodeSparseTyped(dst, cap, w, DSZ_DTYPE_FLOAT32, rows, cols, p, codec);
+}
+
+size_t dsz_encodeSparseTyped(void* dst, size_t cap, const void* w, unsigned dtype, size_t rows, size_t cols,
+                             const dsz_params* p, unsigned codec)
+{
+    unsigned radius = 0;
+    size_t n, r;
+    float* vals;
+    DSZ_CHECK(dsz_checkParams(p, &radius));
+    if (codec > DSZ_INDEX_BITMAP || !dsz_dtype_size(dtype)) return DSZ_ERROR(parameter_unsupported);
+    if (!dsz_dtype_bound_ok(dtype, p->errorBound)) return DSZ_ERROR(parameter_outOfBound);
+    if (!dsz_matrix_fits(rows, cols)) return DSZ_ERROR(parameter_outOfBound);
+    n = rows * cols;
+    if (n && !w) return DSZ_ERROR(parameter_unsupported);
+    if (dtype == DSZ_DTYPE_FLOAT32) return encode_floats((uint8_t*)dst, cap, (const float*)w, dtype, rows, cols, p, radius, codec);
+    if (n > (size_t)-1 / sizeof(float)) return DSZ_ERROR(parameter_outOfBound);
+    vals = (float*)malloc(sizeof(float) * (n ? n : 1));
+    if (!vals) return DSZ_ERROR(memory_allocation);
+    dsz_dtype_load(vals, w, dtype, n);
+    r = encode_floats((uint8_t*)dst, cap, vals, dtype, rows, cols, p, radius, codec);
+    free(vals);
+    return r;
 }
 
 #define BATCH 256
@@ -210,7 +234,14 @@ static int positions_huff(const dsz_hufDec* h, dsz_bitReader* br, uint64_t* prev
 }
 
 size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data, size_t dataSize,
-                        const void* indexv, size_t indexSize)
+                        const void* index, size_t indexSize)
+{
+    if (f && f->dtype != DSZ_DTYPE_FLOAT32) return DSZ_ERROR(frameParameter_unsupported);
+    return dsz_decodeSparseTyped(dst, dstCapacity, f, data, dataSize, index, indexSize);
+}
+
+size_t dsz_decodeSparseTyped(void* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data,
+                             size_t dataSize, const void* indexv, size_t indexSize)
 {
     const uint8_t* const index = (const uint8_t*)indexv;
     uint64_t prev1 = 0, k = 0, n, nnz;
@@ -232,7 +263,7 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
     n = f->nElements;
     nnz = f->nnz;
     if (dstCapacity < n) return DSZ_ERROR(dstSize_tooSmall);
-    dsz_quant_init(&q, f->errorBound, f->radius, 1);
+    dsz_quant_init(&q, f->errorBound, f->radius, 1, f->dtype);
     memset(&h, 0, sizeof(h));
     memset(&bm, 0, sizeof(bm));
     r = dsz_data_open(&d, (const uint8_t*)data, dataSize, (size_t)nnz, &q, f->predictor);
@@ -263,7 +294,12 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
             goto done;
         }
         if (dsz_data_decode(&d, val, m)) goto done;
-        for (j = 0; j < m; j++) dst[pos[j]] = val[j];
+        if (f->dtype == DSZ_DTYPE_FLOAT32) {
+            float* const out = (float*)dst;
+            for (j = 0; j < m; j++) out[pos[j]] = val[j];
+        } else {
+            dsz_dtype_scatter(dst, pos, val, m, f->dtype);
+        }
         k += m;
     }
     if (f->indexCodec == DSZ_INDEX_GAP8) {

@@ -154,9 +154,14 @@ static void test_header(void)
     buf[0] = 'X';
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_prefix_unknown);
     buf[0] = 'D';
-    buf[4] = 2;
+    buf[4] = DSZ_FORMAT_VERSION + 1;
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_version_unsupported);
     buf[4] = 1;
+    buf[5] = DSZ_DTYPE_FLOAT16; /* float16 came with version 2: a version-1 frame cannot hold it */
+    CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_corruption_detected);
+    buf[5] = 9;
+    CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_frameParameter_unsupported);
+    buf[5] = DSZ_DTYPE_FLOAT32;
     buf[11] = 1;
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_corruption_detected);
     buf[11] = 0;
@@ -309,6 +314,109 @@ static void test_unaligned(void)
     free(odd_mem);
 }
 
+/* float16 round trips: every finite value within the bound of the original after the rounding
+ * to float16, the rest (Inf, NaN payloads) bit for bit, written as float16 by both decoders */
+static void half_case(const uint16_t* h, size_t n, double eb, unsigned pred)
+{
+    size_t const cap = dsz_sparseBound(1, n, n, 0);
+    uint8_t* buf = (uint8_t*)malloc(cap);
+    uint16_t* out = (uint16_t*)calloc(n ? n : 1, 2);
+    unsigned long long shape[1];
+    dsz_params const p = params(eb, pred);
+    dsz_frameInfo f;
+    size_t cs, hs, i, r;
+    shape[0] = n;
+    for (r = 0; r < 2; r++) {
+        cs = r ? dsz_encodeSparseTyped(buf, cap, h, DSZ_DTYPE_FLOAT16, 1, n, &p, DSZ_INDEX_HUFFGAP)
+               : dsz_compressTyped(buf, cap, h, DSZ_DTYPE_FLOAT16, shape, 1, &p);
+        CHECK(!dsz_isError(cs));
+        hs = dsz_getFrameInfo(&f, buf, cs);
+        CHECK(!dsz_isError(hs) && f.dtype == DSZ_DTYPE_FLOAT16 && f.version == 2);
+        memset(out, 0, 2 * n);
+        if (r) CHECK(!dsz_isError(dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize,
+                                                         f.indexRawSize)));
+        else CHECK(dsz_decompressArrayTyped(out, n, &f, buf + hs, cs - hs) == n);
+        /* the float32 entry points refuse a float16 frame */
+        CHECK(dsz_getErrorCode(dsz_decompressArray((float*)out, n, &f, buf + hs, cs - hs)) ==
+              DSZ_error_frameParameter_unsupported || r);
+        for (i = 0; i < n; i++) {
+            float const x = dsz_f16_to_f32(h[i]), y = dsz_f16_to_f32(out[i]);
+            if (isfinite(x)) CHECK(fabs((double)x - (double)y) <= eb && (!r || (x == 0.0f) == (y == 0.0f)));
+            else CHECK(h[i] == out[i]);
+        }
+    }
+    free(buf);
+    free(out);
+}
+
+static void test_half(void)
+{
+    static const uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00,
+                                       0xfc00, 0x7e01, 0xfd55, 0x3c00, 0xbc00, 0x3555, 0x7bfe};
+    static const double ebs[] = {1e-12, 3e-8, 6e-5, 1e-3, 0.5, 16.0, 1e4, 6e4, 1e6, 1e300};
+    size_t const n = 5000;
+    uint16_t* h = (uint16_t*)malloc(2 * n);
+    size_t i;
+    float f;
+    /* the conversions: exact both ways for every float16 pattern (NaN payloads included) */
+    for (i = 0; i < 65536; i++) CHECK(dsz_f32_to_f16(dsz_f16_to_f32((uint32_t)i)) == i);
+    CHECK(dsz_f16_round(65519.0) == 65504.0f && dsz_f16_round(65520.0) == 0.0f);
+    CHECK(dsz_f16_round(1.0 + 1.0 / 2048) == 1.0f && dsz_f16_round(1.0 + 3.0 / 2048) == 1.0f + 2.0f / 1024);
+    CHECK(dsz_f16_round(2.9802322387695312e-08) == 0.0f && dsz_f16_round(3e-8) == 5.9604644775390625e-08f);
+    for (i = 0; i < n; i++) {
+        f = laplace(0.05);
+        h[i] = (uint16_t)dsz_f32_to_f16(dsz_f16_round(f));
+    }
+    half_case(h, n, 1e-3, DSZ_PRED_NONE);
+    half_case(h, n, 1e-3, DSZ_PRED_LORENZO);
+    half_case(h, 0, 1e-3, DSZ_PRED_AUTO);
+    for (i = 0; i < sizeof(ebs) / sizeof(ebs[0]); i++) {
+        half_case(special, 16, ebs[i], DSZ_PRED_NONE);
+        half_case(special, 16, ebs[i], DSZ_PRED_LORENZO);
+    }
+    free(h);
+}
+
+/* int8 / uint8: the bound is k + 1/2 (k steps); lossless at k = 0; other bounds are refused */
+static void test_int8(void)
+{
+    size_t const n = 3000;
+    int8_t* x = (int8_t*)malloc(n);
+    uint8_t* u = (uint8_t*)malloc(n);
+    int8_t* out = (int8_t*)malloc(n);
+    uint8_t* uout = (uint8_t*)malloc(n);
+    size_t const cap = dsz_compressBound(n, 0);
+    uint8_t* buf = (uint8_t*)malloc(cap);
+    unsigned long long shape[1];
+    dsz_frameInfo f;
+    size_t i, cs, hs;
+    unsigned k, pred;
+    dsz_params p = params(1.0, DSZ_PRED_NONE);
+    shape[0] = n;
+    for (i = 0; i < n; i++) {
+        double const v = laplace(20.0);
+        x[i] = (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
+        u[i] = (uint8_t)(x[i] + 128);
+    }
+    x[0] = -128; x[1] = 127; u[0] = 0; u[1] = 255;
+    CHECK(dsz_getErrorCode(dsz_compressTyped(buf, cap, x, DSZ_DTYPE_INT8, shape, 1, &p)) == DSZ_error_parameter_outOfBound);
+    for (k = 0; k < 4; k++) {
+        for (pred = DSZ_PRED_NONE; pred <= DSZ_PRED_LORENZO; pred++) {
+            p = params(k + 0.5, pred);
+            cs = dsz_compressTyped(buf, cap, x, DSZ_DTYPE_INT8, shape, 1, &p);
+            hs = dsz_getFrameInfo(&f, buf, cs);
+            CHECK(!dsz_isError(hs) && f.dtype == DSZ_DTYPE_INT8);
+            CHECK(dsz_decompressArrayTyped(out, n, &f, buf + hs, cs - hs) == n);
+            for (i = 0; i < n; i++) CHECK(abs(out[i] - x[i]) <= (int)k);
+            cs = dsz_compressTyped(buf, cap, u, DSZ_DTYPE_UINT8, shape, 1, &p);
+            hs = dsz_getFrameInfo(&f, buf, cs);
+            CHECK(dsz_decompressArrayTyped(uout, n, &f, buf + hs, cs - hs) == n);
+            for (i = 0; i < n; i++) CHECK(abs(uout[i] - u[i]) <= (int)k);
+        }
+    }
+    free(x); free(u); free(out); free(uout); free(buf);
+}
+
 int main(void)
 {
     test_errors();
@@ -318,6 +426,8 @@ int main(void)
     test_huffman_tables();
     test_sparse();
     test_unaligned();
+    test_half();
+    test_int8();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
