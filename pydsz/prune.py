@@ -3,6 +3,7 @@
 The conv trunk stays frozen: the input of the first FC layer is captured once through the
 interpreter, and the FC tail is retrained on those cached activations in numpy (Adam, softmax
 cross-entropy on the tail's output, masks re-applied after every step, fixed seed).
+prune_oneshot is the way without training data: pydsz.oneshot, conv layers included.
 """
 
 from __future__ import annotations
@@ -274,14 +275,16 @@ def _gradients(layers: Sequence[Dense], x: np.ndarray, target: np.ndarray) -> li
 
 @dataclass
 class PruneResult:
-    """A pruned and retrained model and what was done to it (accuracies on the validation set)."""
+    """A pruned model and what was done to it (accuracies on the validation set)."""
 
     tflite: bytes
     sparsity: dict[str, float]  # per FC layer, after pruning (already-sparse layers included)
     pruned: list[str]  # the layers pruned now
     already_sparse: list[str]  # layers found sparse and left as they were
-    top1_before: float
-    top1_after: float
+    top1_before: Optional[float]  # None when there are no labels to measure it with
+    top1_after: Optional[float]
+    method: str = "retrain"  # "retrain" (masked retraining of the FC tail) or "oneshot" (pydsz.oneshot)
+    seconds: dict[str, float] = field(default_factory=dict)  # oneshot: time per pruned layer
 
 
 def tail_layers(tail) -> list[Dense]:
@@ -447,6 +450,30 @@ def prune_model(
     out = model.replace({**{l.name: l.weight for l in layers}, **biases})
     return PruneResult(out, {l.name: 1 - density(l.weight) for l in layers}, sorted(targets), already,
                        top1_before, runtime.accuracy(out, x_val, y_val, num_threads=num_threads))
+
+
+def prune_oneshot(
+    tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.ndarray, Optional[np.ndarray]],
+    sparsity: Union[float, Mapping[str, float], tuple[int, int]], *, kinds: Sequence[str] = ("fc",),
+    progress: bool = False, num_threads: int | None = None,
+) -> PruneResult:
+    """Prune the layers of `kinds` one-shot (pydsz.oneshot: SparseGPT from calibration inputs, no
+    training). sparsity: a fraction, {layer: fraction} or an n:m pattern (n, m). The validation
+    labels, when given, only measure top-1 before and after."""
+    from pydsz import oneshot, runtime
+
+    if isinstance(sparsity, str):
+        raise InputError(f"sparsity {sparsity!r}: one-shot pruning takes a fraction, name=value pairs or n:m")
+    nm = sparsity if isinstance(sparsity, tuple) else None
+    result = oneshot.prune_layers(tflite_bytes, calibration, 0.0 if nm else sparsity, kinds=kinds, nm=nm,
+                                  progress=progress, num_threads=num_threads)
+    x_val, y_val = val
+
+    def top1(model: bytes) -> Optional[float]:
+        return None if y_val is None else runtime.accuracy(model, x_val, y_val, num_threads=num_threads)
+
+    return PruneResult(result.tflite, result.sparsity, result.pruned, result.already_sparse,
+                       top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds)
 
 
 def _bias_buffers(model, layers: Sequence[Dense]) -> dict[int, Dense]:

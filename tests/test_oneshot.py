@@ -12,6 +12,7 @@ from pydsz.data import load_npz
 from pydsz.errors import InputError
 from pydsz.model import Layer, TFLiteModel
 from pydsz.prune import density, magnitude_mask
+from test_model import build_tflite, f32
 
 DATA = Path(__file__).resolve().parent.parent / "pydsz" / "data"
 
@@ -89,6 +90,49 @@ def test_depthwise_matrix_rows_are_channel_outputs():
         full[k, :, :, k // mult] = w[0, :, :, k]
     assert np.allclose(ours, _reference_conv(x, full, 1, 1, "VALID").reshape(-1, c * mult))
     assert np.array_equal(oneshot.weight_from_matrix(layer, m), w.astype(np.float32))
+
+
+def _conv_model(op: str, shape: tuple, stride: int, dilation: int, multiplier: int = 1) -> bytes:
+    """One conv op with SAME padding on a [1, 9, 8, 3] input (the converter makes none of these here)."""
+    options = {"Padding": 0, "StrideH": stride, "StrideW": stride, "DilationHFactor": dilation,
+               "DilationWFactor": dilation}
+    if op == "DEPTHWISE_CONV_2D":
+        options["DepthMultiplier"] = multiplier
+    out = shape[0] if op == "CONV_2D" else shape[-1]
+    rows, cols = -(-9 // stride), -(-8 // stride)
+    kind = "Conv2DOptions" if op == "CONV_2D" else "DepthwiseConv2DOptions"
+    return build_tflite(
+        tensors=[{"shape": [1, 9, 8, 3]}, {"shape": list(shape), "data": f32(shape).tobytes()},
+                 {"shape": [out], "data": f32((out,)).tobytes()}, {"shape": [1, rows, cols, out]}],
+        ops=[(op, [0, 1, 2], [3], kind, options)], inputs=[0], outputs=[3])
+
+
+@pytest.mark.parametrize("op,shape,stride,dilation,multiplier", [
+    ("CONV_2D", (4, 3, 2, 3), 2, 1, 1), ("DEPTHWISE_CONV_2D", (1, 3, 3, 6), 1, 2, 2),
+    ("DEPTHWISE_CONV_2D", (1, 2, 3, 3), 2, 1, 1)])
+def test_im2col_agrees_with_the_interpreter_on_strided_dilated_and_depthwise_convs(op, shape, stride, dilation,
+                                                                                     multiplier):
+    data = _conv_model(op, shape, stride, dilation, multiplier)
+    model = TFLiteModel(data)
+    layer = model.layer("conv1")
+    x = np.random.default_rng(3).normal(size=(5, 9, 8, 3)).astype(np.float32)
+    y = runtime.predict(data, x)
+    patches = oneshot.im2col(x.astype(np.float64), *oneshot._geometry(model, layer))
+    m = oneshot.layer_matrix(layer, model.weight(layer))
+    if op == "CONV_2D":
+        ours = patches.reshape(len(patches), -1) @ m.T
+    else:
+        ours = np.stack([patches[:, :, k // multiplier] @ m[k] for k in range(len(m))], axis=1)
+    assert np.allclose((ours + model.constant(layer.bias)).reshape(y.shape), y, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_layers_prune_channel_by_channel():
+    data = _conv_model("DEPTHWISE_CONV_2D", (1, 3, 3, 6), 1, 1, 2)
+    x = np.random.default_rng(4).normal(size=(64, 9, 8, 3)).astype(np.float32)
+    result = oneshot.prune_layers(data, x, 0.5, kinds=("conv",))
+    w = TFLiteModel(result.tflite).weight("conv1")
+    # the two outputs of each input channel share its H and its block: 9 of their 18 taps pruned
+    assert list((w == 0).reshape(9, 3, 2).sum(axis=(0, 2))) == [9, 9, 9]
 
 
 def test_pruning_meets_the_target_sparsity(lenet300, calibration):
