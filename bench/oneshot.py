@@ -1,0 +1,147 @@
+"""One-shot pruning and compensated encoding on the reference models (issue 14), measured in one run.
+
+Calibration: the first 5,000 Fashion-MNIST training images (no labels used). Decisions: the bundled
+validation split (the last 5,000 training images). Judged on the test split.
+
+A. Each model is pruned one-shot (pydsz.oneshot, SparseGPT) at the per-layer sparsities of SPECS,
+   chosen beforehand on the validation split, the time per layer printed; then
+   pydsz.pipeline.compress (top-1) within --max-loss of the unpruned model's validation top-1, so
+   pruning and compression share one budget. The same run compresses the unpruned model as the
+   baseline; today's retraining path is quoted from bench/results/reference.json (not re-run:
+   it retrains for minutes).
+B. Compensation (pydsz.oneshot.Compensator), layer by layer on the one-shot pruned models: the
+   largest bound of a fine ladder at which the layer alone stays within the budget on the
+   validation split, with plain and with compensated weights, and the layer's bytes there.
+
+Usage: nice -n 10 python3 bench/oneshot.py [--max-loss 0.003] [--json PATH]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2 shared cores: BLAS threads only spin
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import numpy as np  # noqa: E402
+
+from pydsz import container, oneshot, runtime  # noqa: E402
+from pydsz.assess import FIRST_BOUND, Evaluator, encode_weight  # noqa: E402
+from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
+from pydsz.model import TFLiteModel  # noqa: E402
+from pydsz.pipeline import compress  # noqa: E402
+from pydsz.tables import format_table  # noqa: E402
+
+CALIBRATION = 5000
+# model -> (layers compressed, {spec name: per-layer sparsity, None: unpruned})
+SPECS = {
+    "lenet5": ("all", {"dense": None,
+                       "oneshot-light": {"conv2": 0.5, "fc1": 0.6},
+                       "oneshot-mid": {"conv2": 0.5, "fc1": 0.7, "fc2": 0.3}}),
+    "lenet300": ("fc", {"dense": None,
+                        "oneshot-light": {"fc1": 0.7, "fc2": 0.5}}),
+}
+KINDS = {"fc": ("fc",), "all": ("fc", "conv")}
+LADDER_STEP = 2 ** 0.5  # the compensation ladder: FIRST_BOUND * sqrt(2)**k
+
+
+def part_a(name, layers, spec, cal, val, test, max_loss):
+    model = bundled(f"{name}.tflite").read_bytes()
+    reference = runtime.accuracy(model, *val)
+    seconds, pruned = {}, model
+    if spec is not None:
+        result = oneshot.prune_layers(model, cal, spec, kinds=KINDS[layers])
+        pruned, seconds = result.tflite, result.seconds
+    start = time.perf_counter()
+    out = compress(pruned, *val, max_loss, layers=layers, reference_top1=reference)
+    decoded = container.load(out.dsz).tflite_bytes()
+    test_top1 = {"original": runtime.accuracy(model, *test), "pruned": runtime.accuracy(pruned, *test),
+                 "compressed": runtime.accuracy(decoded, *test)}
+    return pruned, {
+        "sparsity": spec or {}, "prune_seconds": seconds, "compress_seconds": time.perf_counter() - start,
+        "weight_bytes": out.fc_original_bytes, "compressed_bytes": out.fc_compressed_bytes, "ratio": out.ratio,
+        "bounds": {l.name: l.bound for l in out.layers},
+        "val_top1": {"original": reference, "compressed": out.top1_after}, "test_top1": test_top1,
+        "test_loss": test_top1["original"] - test_top1["compressed"]}
+
+
+def part_b(model, layers, cal, val, budget):
+    """Per layer: (largest bound within budget, bytes there) plain and compensated."""
+    names = [l.name for l in oneshot.selectable(TFLiteModel(model), KINDS[layers])]
+    evaluator = Evaluator(model, *val, names)
+    comp = oneshot.Compensator(model, cal, names)
+    rows = {}
+    for name in names:
+        weight = np.asarray(comp.model.weight(name))
+        best = {"plain": (0.0, weight.nbytes), "compensated": (0.0, weight.nbytes)}
+        bound = FIRST_BOUND
+        while bound < 2 * float(np.max(np.abs(weight))):
+            for kind, w in (("plain", weight), ("compensated", comp.weights(name, bound))):
+                decoded, _, data, index = encode_weight(w, bound)
+                if evaluator.drop({name: decoded}).drop <= budget:
+                    best[kind] = (bound, data + index)
+            bound *= LADDER_STEP
+        rows[name] = {"bytes": weight.nbytes, **{k: {"bound": b, "bytes": s} for k, (b, s) in best.items()}}
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-loss", type=float, default=0.003)
+    parser.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "oneshot.json"))
+    args = parser.parse_args()
+    cal = fashion_mnist("train")[0][:CALIBRATION]
+    val, test = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
+    with open(os.path.join(ROOT, "bench", "results", "reference.json")) as f:
+        retrained = json.load(f)["models"]
+    budget = int(args.max_loss * len(val[1]) + 1e-6)
+
+    report, table, timing, comp_rows = {}, [], [], []
+    for name, (layers, specs) in SPECS.items():
+        report[name] = {}
+        for spec_name, spec in specs.items():
+            pruned, row = part_a(name, layers, spec, cal, val, test, args.max_loss)
+            report[name][spec_name] = row
+            table.append([name, spec_name, layers, f"{row['ratio']:.1f}x", f"{100 * row['test_top1']['original']:.2f}",
+                          f"{100 * row['test_top1']['pruned']:.2f}", f"{100 * row['test_top1']['compressed']:.2f}",
+                          f"{100 * row['test_loss']:+.2f}", f"{row['compress_seconds']:.0f}"])
+            if row["prune_seconds"]:
+                timing.append([name, spec_name] + [f"{k}={v:.2f}s" for k, v in row["prune_seconds"].items()]
+                              + [""] * (4 - len(row["prune_seconds"])))
+            if spec_name == "oneshot-light":
+                comp = part_b(pruned, layers, cal, val, budget)
+                report[name]["compensation"] = comp
+                for layer, c in comp.items():
+                    p, q = c["plain"], c["compensated"]
+                    comp_rows.append([name, layer, f"{p['bound']:.3g}", f"{q['bound']:.3g}",
+                                      f"{c['bytes'] / p['bytes']:.1f}x", f"{c['bytes'] / q['bytes']:.1f}x"])
+        if name in retrained:
+            r = retrained[name]
+            t = r["test_top1"]
+            table.append([name, "retrain (reference.json)", "fc", f"{r['ratio']:.1f}x", f"{100 * t['original']:.2f}",
+                          f"{100 * t['pruned']:.2f}", f"{100 * t['compressed']:.2f}",
+                          f"{100 * (t['original'] - t['compressed']):+.2f}", "-"])
+
+    print("\nA. prune + compress within the budget (ratio: the compressed layers' float32 bytes / data + index)")
+    print(format_table(["model", "method", "layers", "ratio", "test orig", "test pruned", "test compr",
+                        "test loss", "compress s"], table))
+    print(f"\nOne-shot pruning time per layer ({CALIBRATION} calibration images)")
+    print(format_table(["model", "spec", "layer", "layer", "layer", "layer"], timing))
+    print(f"\nB. per layer alone, largest bound within {budget} samples of validation drop; ratio there")
+    print(format_table(["model", "layer", "bound plain", "bound comp", "ratio plain", "ratio comp"], comp_rows))
+
+    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+           "max_loss": args.max_loss, "calibration": CALIBRATION, "models": report}
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=2)
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
