@@ -168,15 +168,16 @@ def cmd_prune(args) -> None:
     from .container import write_atomic
     from .data import load_npz
     from .errors import InputError
-    from .prune import prune_model, prune_oneshot
+    from .oneshot import prune_model as prune_oneshot
+    from .prune import prune_model
 
     model = load_tflite(args.model)
     if args.method == "oneshot":
         val = load_npz(args.data)
         calibration = load_npz(args.train)[0] if args.train else val[0]
         kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
-        result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds, progress=not args.quiet,
-                               num_threads=args.num_threads)
+        result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds, auto_budget=args.auto_budget,
+                               progress=not args.quiet, num_threads=args.num_threads)
     else:
         if not args.train:
             raise InputError("--method retrain needs --train (training .npz); --method oneshot needs none")
@@ -328,13 +329,14 @@ def _add_pipeline_commands(sub) -> None:
     p.add_argument("--train", help="training .npz with arrays x and y (retrain: required; oneshot: calibration set)")
     p.add_argument("--data", required=True, help="validation .npz with arrays x and y")
     p.add_argument("--sparsity", type=_prune_sparsity, required=True,
-                   help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (retrain), or n:m such "
-                   "as 2:4 (oneshot: n of every m consecutive inputs)")
+                   help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (per layer, largest first, "
+                   "within --auto-budget), or n:m such as 2:4 (oneshot: n of every m consecutive inputs)")
     p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
                    help="which layers to prune (default fc; conv and all need --method oneshot)")
     _add_retraining_arguments(p)
     p.add_argument("--auto-budget", type=float, default=0.001,
-                   help="validation top-1 loss `auto` may spend, checked after the full retraining (default 0.001)")
+                   help="validation top-1 loss `auto` may spend, one standard deviation of noise kept in hand; "
+                   "retrain checks it again after the full retraining (default 0.001)")
     _add_device_argument(p)
     _add_output_arguments(p, "output .tflite file")
     p.set_defaults(func=cmd_prune)

@@ -22,10 +22,10 @@ import numpy as np
 from pydsz import runtime
 from pydsz.errors import InputError
 from pydsz.model import Layer, TFLiteModel
-from pydsz.prune import ALREADY_SPARSE, density
+from pydsz.prune import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, PruneResult, by_size, density, judge, noise_error
 
 __all__ = ["im2col", "layer_matrix", "weight_from_matrix", "hessian", "sweep", "grid",
-           "prune_layers", "OneShotResult", "Compensator"]
+           "prune_layers", "prune_model", "OneShotResult", "Compensator"]
 
 DAMP = 0.01  # share of H's mean diagonal added to it: keeps the inverse stable (SparseGPT's default)
 BLOCK = 128  # columns per lazy block: updates within a block are rank-1, across blocks one matmul
@@ -310,6 +310,69 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
         seconds[layer.name] = time.perf_counter() - start
     return OneShotResult(model.data, {l.name: 1 - density(model.weight(l)) for l in layers},
                          [l.name for l in todo], already, seconds)
+
+
+def prune_model(
+    tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.ndarray, Optional[np.ndarray]],
+    sparsity: Union[float, Mapping[str, float], tuple[int, int], str], *, kinds: Sequence[str] = ("fc",),
+    auto_budget: float = 0.001, progress: bool = False, num_threads: int | None = None,
+) -> PruneResult:
+    """Prune the layers of `kinds` one-shot (pydsz.oneshot: SparseGPT from calibration inputs, no
+    training). sparsity: a fraction, {layer: fraction}, an n:m pattern (n, m), or "auto" (as
+    auto_sparsity decides, on one-shot trials; needs the validation labels). The labels, when
+    given, also measure top-1 before and after."""
+    x_val, y_val = val
+
+    def top1(model: bytes) -> Optional[float]:
+        return None if y_val is None else runtime.accuracy(model, x_val, y_val, num_threads=num_threads)
+
+    nm = sparsity if isinstance(sparsity, tuple) else None
+    if sparsity == "auto":
+        if y_val is None:
+            raise InputError("sparsity auto needs validation labels to judge the pruning by")
+        sparsity = _oneshot_auto(tflite_bytes, calibration, (x_val, np.asarray(y_val)), kinds, auto_budget,
+                                 progress, num_threads)
+    elif isinstance(sparsity, str):
+        raise InputError(f"sparsity {sparsity!r}: give a fraction, name=value pairs, n:m or auto")
+    result = prune_layers(tflite_bytes, calibration, 0.0 if nm else sparsity, kinds=kinds, nm=nm,
+                                  progress=progress, num_threads=num_threads)
+    return PruneResult(result.tflite, result.sparsity, result.pruned, result.already_sparse,
+                       top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds)
+
+
+def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.ndarray, np.ndarray],
+                  kinds: Sequence[str], budget: float, progress: bool, num_threads: int | None) -> dict[str, float]:
+    """auto_sparsity's search with one-shot trials: per layer, largest first, the highest rung of
+    AUTO_LADDER whose validation loss stays within `budget` with AUTO_MARGIN standard deviations of
+    noise in hand. Nothing retrains, so every trial is judged against the unpruned model: the
+    layers share one budget."""
+    from tqdm import tqdm
+
+    x_val, y_val = val
+    allowed = int(budget * len(y_val) + 1e-6)
+    model = TFLiteModel(tflite_bytes)
+    layers = [l for l in selectable(model, kinds) if 1 - density(model.weight(l)) < ALREADY_SPARSE]
+
+    def hits(targets: dict) -> np.ndarray:
+        pruned = prune_layers(tflite_bytes, calibration, targets, kinds=kinds,
+                                      num_threads=num_threads).tflite if targets else tflite_bytes
+        out = runtime.predict(pruned, x_val, num_threads=num_threads)
+        return np.argmax(out.reshape(len(out), -1), axis=1) == y_val
+
+    order = by_size([l.name for l in layers], {l.name: int(np.prod(l.shape)) for l in layers})
+    chosen: dict[str, float] = {}
+    reference = hits({})
+    for name in tqdm(order, desc="auto sparsity", unit="layer", disable=not progress, leave=False):
+        lo, hi = 0, len(AUTO_LADDER)  # AUTO_LADDER[:lo] passed, [hi:] failed
+        while lo < hi:
+            mid = (lo + hi) // 2
+            safe, flips = judge(reference, hits({**chosen, name: AUTO_LADDER[mid]}), allowed, AUTO_MARGIN)
+            lo, hi = (mid + 1, hi) if safe else (lo, mid)
+        if lo:
+            chosen[name] = AUTO_LADDER[lo - 1]
+        elif name == order[0] and AUTO_MARGIN * np.sqrt(flips) > allowed:
+            raise noise_error(name, len(y_val), budget, flips, AUTO_MARGIN)
+    return chosen
 
 
 class Compensator:

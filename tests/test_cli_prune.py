@@ -1,6 +1,8 @@
 """`dsz prune --method oneshot|retrain` through the command line: exit codes, errors, no partial output."""
 
-from pydsz.data import bundled
+import numpy as np
+
+from pydsz.data import bundled, load_npz
 from pydsz.model import TFLiteModel
 from pydsz.prune import density
 from test_cli import assert_user_error, dsz
@@ -50,9 +52,12 @@ def test_a_bad_n_m_pattern_is_a_user_error(tmp_path):
     assert not out.exists()
 
 
-def test_auto_is_refused_by_oneshot(tmp_path):
+def test_auto_on_too_small_a_validation_set_is_a_user_error(tmp_path):
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    small = tmp_path / "small.npz"
+    np.savez(small, x=x[:200], y=y[:200])
     out = tmp_path / "pruned.tflite"
-    result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--data", bundled("fmnist_val.npz"),
-                 "--sparsity", "auto", "-o", out)
-    assert_user_error(result, "auto")
+    result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--train", bundled("fmnist_val.npz"),
+                 "--data", small, "--sparsity", "auto", "--auto-budget", "0.002", "-q", "-o", out)
+    assert_user_error(result, "too small", "fc1")
     assert not out.exists()

@@ -232,3 +232,13 @@ def test_compensator_keeps_zeros_and_lowers_the_output_error(lenet300, calibrati
 def test_a_hessian_too_large_is_refused_naming_the_layer(lenet300, calibration):
     with pytest.raises(InputError, match=r"layer fc1 \(\(300, 784\)\) needs 0\.01 GiB"):
         oneshot.prune_layers(lenet300, calibration, 0.5, max_hessian_bytes=1 << 20)
+
+
+def test_oneshot_auto_prunes_within_the_budget_on_the_ladder(lenet300, calibration):
+    from pydsz.prune import AUTO_LADDER
+
+    x, y = load_npz(DATA / "fmnist_val.npz")
+    result = oneshot.prune_model(lenet300, calibration, (x, y), "auto", auto_budget=0.01)
+    assert result.method == "oneshot" and result.pruned
+    assert all(any(abs(result.sparsity[name] - s) < 0.005 for s in AUTO_LADDER) for name in result.pruned)
+    assert result.top1_before - result.top1_after <= 0.01 + 1e-9
