@@ -7,8 +7,9 @@ A. Each model is pruned one-shot (pydsz.oneshot, SparseGPT) at the per-layer spa
    chosen beforehand on the validation split, the time per layer printed; then
    pydsz.pipeline.compress (top-1) within --max-loss of the unpruned model's validation top-1, so
    pruning and compression share one budget. The same run compresses the unpruned model as the
-   baseline; today's retraining path is quoted from bench/results/reference.json (not re-run:
-   it retrains for minutes).
+   baseline. Where labels exist both methods combine: LeNet-5's FC tail retrained with masks
+   (pipeline.REFERENCE's settings) and its conv layers pruned one-shot, every layer compressed.
+   Today's FC-only path is quoted from bench/results/reference.json.
 B. Compensation (pydsz.oneshot.Compensator), layer by layer on the one-shot pruned models: the
    largest bound of a fine ladder at which the layer alone stays within the budget on the
    validation split, with plain and with compensated weights, and the layer's bytes there.
@@ -32,17 +33,21 @@ from pydsz import container, oneshot, runtime  # noqa: E402
 from pydsz.assess import FIRST_BOUND, Evaluator, encode_weight  # noqa: E402
 from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.pipeline import compress  # noqa: E402
+from pydsz.pipeline import REFERENCE, TRAIN_SIZE, compress  # noqa: E402
+from pydsz.prune import density, prune_model  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 CALIBRATION = 5000
-# model -> (layers compressed, {spec name: per-layer sparsity, None: unpruned})
+# model -> (layers compressed, {spec: how it is pruned}): "oneshot" a per-layer sparsity for
+# pydsz.oneshot, "retrain" the pipeline.REFERENCE entry whose masked retraining of the FC tail runs
+# first (55,000 training images with labels); neither: the unpruned model
 SPECS = {
-    "lenet5": ("all", {"dense": None,
-                       "oneshot-light": {"conv2": 0.5, "fc1": 0.6},
-                       "oneshot-mid": {"conv2": 0.5, "fc1": 0.7, "fc2": 0.3}}),
-    "lenet300": ("fc", {"dense": None,
-                        "oneshot-light": {"fc1": 0.7, "fc2": 0.5}}),
+    "lenet5": ("all", {"dense": {},
+                       "oneshot-light": {"oneshot": {"conv2": 0.5, "fc1": 0.6}},
+                       "oneshot-mid": {"oneshot": {"conv2": 0.5, "fc1": 0.7, "fc2": 0.3}},
+                       "retrain-fc+oneshot-conv": {"retrain": "lenet5", "oneshot": {"conv2": 0.5}}}),
+    "lenet300": ("fc", {"dense": {},
+                        "oneshot-light": {"oneshot": {"fc1": 0.7, "fc2": 0.5}}}),
 }
 KINDS = {"fc": ("fc",), "all": ("fc", "conv")}
 LADDER_STEP = 2 ** 0.5  # the compensation ladder: FIRST_BOUND * sqrt(2)**k
@@ -52,16 +57,25 @@ def part_a(name, layers, spec, cal, val, test, max_loss):
     model = bundled(f"{name}.tflite").read_bytes()
     reference = runtime.accuracy(model, *val)
     seconds, pruned = {}, model
-    if spec is not None:
-        result = oneshot.prune_layers(model, cal, spec, kinds=KINDS[layers])
-        pruned, seconds = result.tflite, result.seconds
+    if "retrain" in spec:
+        ref = REFERENCE[spec["retrain"]]
+        x, y = fashion_mnist("train")
+        start = time.perf_counter()
+        pruned = prune_model(model, (x[:TRAIN_SIZE], y[:TRAIN_SIZE]), val, ref["sparsity"], epochs=ref["epochs"],
+                             distill=ref["distill"]).tflite
+        seconds["retrain"] = time.perf_counter() - start
+    if "oneshot" in spec:
+        result = oneshot.prune_layers(pruned, cal, spec["oneshot"], kinds=KINDS[layers])
+        pruned = result.tflite
+        seconds.update(result.seconds)
     start = time.perf_counter()
     out = compress(pruned, *val, max_loss, layers=layers, reference_top1=reference)
     decoded = container.load(out.dsz).tflite_bytes()
     test_top1 = {"original": runtime.accuracy(model, *test), "pruned": runtime.accuracy(pruned, *test),
                  "compressed": runtime.accuracy(decoded, *test)}
     return pruned, {
-        "sparsity": spec or {}, "prune_seconds": seconds, "compress_seconds": time.perf_counter() - start,
+        "sparsity": {l.name: 1 - density(TFLiteModel(pruned).weight(l.name)) for l in out.layers},
+        "prune_seconds": seconds, "compress_seconds": time.perf_counter() - start,
         "weight_bytes": out.fc_original_bytes, "compressed_bytes": out.fc_compressed_bytes, "ratio": out.ratio,
         "bounds": {l.name: l.bound for l in out.layers},
         "val_top1": {"original": reference, "compressed": out.top1_after}, "test_top1": test_top1,
@@ -110,8 +124,8 @@ def main() -> int:
                           f"{100 * row['test_loss']:+.2f}", f"{row['compress_seconds']:.0f}"])
             if row["prune_seconds"]:
                 timing.append([name, spec_name] + [f"{k}={v:.2f}s" for k, v in row["prune_seconds"].items()]
-                              + [""] * (4 - len(row["prune_seconds"])))
-            if spec_name == "oneshot-light":
+                              + [""] * (5 - len(row["prune_seconds"])))
+            if spec_name == "oneshot-light":  # compensation on the one-shot model
                 comp = part_b(pruned, layers, cal, val, budget)
                 report[name]["compensation"] = comp
                 for layer, c in comp.items():
@@ -129,7 +143,7 @@ def main() -> int:
     print(format_table(["model", "method", "layers", "ratio", "test orig", "test pruned", "test compr",
                         "test loss", "compress s"], table))
     print(f"\nOne-shot pruning time per layer ({CALIBRATION} calibration images)")
-    print(format_table(["model", "spec", "layer", "layer", "layer", "layer"], timing))
+    print(format_table(["model", "spec"] + ["seconds"] * 5, timing))
     print(f"\nB. per layer alone, largest bound within {budget} samples of validation drop; ratio there")
     print(format_table(["model", "layer", "bound plain", "bound comp", "ratio plain", "ratio comp"], comp_rows))
 

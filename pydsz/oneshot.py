@@ -24,7 +24,7 @@ from pydsz.errors import InputError
 from pydsz.model import Layer, TFLiteModel
 from pydsz.prune import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, PruneResult, by_size, density, judge, noise_error
 
-__all__ = ["im2col", "layer_matrix", "weight_from_matrix", "hessian", "sweep", "grid",
+__all__ = ["im2col", "layer_matrix", "weight_from_matrix", "hessian", "sweep", "grid", "compensate",
            "prune_layers", "prune_model", "OneShotResult", "Compensator"]
 
 DAMP = 0.01  # share of H's mean diagonal added to it: keeps the inverse stable (SparseGPT's default)
@@ -335,7 +335,7 @@ def prune_model(
     elif isinstance(sparsity, str):
         raise InputError(f"sparsity {sparsity!r}: give a fraction, name=value pairs, n:m or auto")
     result = prune_layers(tflite_bytes, calibration, 0.0 if nm else sparsity, kinds=kinds, nm=nm,
-                                  progress=progress, num_threads=num_threads)
+                          progress=progress, num_threads=num_threads)
     return PruneResult(result.tflite, result.sparsity, result.pruned, result.already_sparse,
                        top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds)
 
@@ -354,8 +354,8 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.nd
     layers = [l for l in selectable(model, kinds) if 1 - density(model.weight(l)) < ALREADY_SPARSE]
 
     def hits(targets: dict) -> np.ndarray:
-        pruned = prune_layers(tflite_bytes, calibration, targets, kinds=kinds,
-                                      num_threads=num_threads).tflite if targets else tflite_bytes
+        pruned = (prune_layers(tflite_bytes, calibration, targets, kinds=kinds, num_threads=num_threads).tflite
+                  if targets else tflite_bytes)
         out = runtime.predict(pruned, x_val, num_threads=num_threads)
         return np.argmax(out.reshape(len(out), -1), axis=1) == y_val
 
