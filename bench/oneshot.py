@@ -13,6 +13,9 @@ A. Each model is pruned one-shot (pydsz.oneshot, SparseGPT) at the per-layer spa
 B. Compensation (pydsz.oneshot.Compensator), layer by layer on the one-shot pruned models: the
    largest bound of a fine ladder at which the layer alone stays within the budget on the
    validation split, with plain and with compensated weights, and the layer's bytes there.
+C. Compensation end to end on the models of PART_C: the assessment, the optimizer and the encoder
+   run once with plain and once with compensated weights (the hook wrapped in here), and the
+   decoded models are measured on validation and test.
 
 Usage: nice -n 10 python3 bench/oneshot.py [--max-loss 0.003] [--json PATH]
 """
@@ -29,11 +32,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
-from pydsz import container, oneshot, runtime  # noqa: E402
+from pydsz import assess, container, oneshot, runtime  # noqa: E402
 from pydsz.assess import FIRST_BOUND, Evaluator, encode_weight  # noqa: E402
 from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.pipeline import REFERENCE, TRAIN_SIZE, compress  # noqa: E402
+from pydsz.pipeline import REFERENCE, TRAIN_SIZE, _plan, allowed_samples, compress  # noqa: E402
 from pydsz.prune import density, prune_model  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
@@ -51,6 +54,9 @@ SPECS = {
 }
 KINDS = {"fc": ("fc",), "all": ("fc", "conv")}
 LADDER_STEP = 2 ** 0.5  # the compensation ladder: FIRST_BOUND * sqrt(2)**k
+_encode = encode_weight  # part C wraps assess.encode_weight and puts this back
+# (model, spec) whose pruned model part C compresses with and without compensation
+PART_C = (("lenet5", "retrain-fc+oneshot-conv"), ("lenet300", "oneshot-light"))
 
 
 def part_a(name, layers, spec, cal, val, test, max_loss):
@@ -102,6 +108,40 @@ def part_b(model, layers, cal, val, budget):
     return rows
 
 
+def part_c(model, layers, cal, val, test, original, reference, max_loss):
+    """assess -> optimize -> encode with plain and with compensated weights, the same path for both
+    (pipeline.compress less its verification loop, which would hide the difference in its retries).
+    The compensated assessment is the hook the pipeline lacks: encode_weight is wrapped here to
+    encode Compensator.weights(layer, bound) instead of the layer's own weights."""
+    names = [l.name for l in oneshot.selectable(TFLiteModel(model), KINDS[layers])]
+    n = len(val[1])
+    top1 = runtime.accuracy(model, *val)
+    allowed = allowed_samples(max_loss, reference, top1, n)
+    comp = oneshot.Compensator(model, cal, names)
+    rows = {}
+    for kind in ("plain", "compensated"):
+        evaluator, table = Evaluator(model, *val, names), {}
+        for name in names:
+            weight = np.asarray(comp.model.weight(name))
+            if kind == "compensated":
+                assess.encode_weight = lambda w, bound, pattern=None, name=name: _encode(
+                    comp.weights(name, bound) if bound else w, bound, pattern)
+            table[name] = assess.assess_layer(evaluator, name, weight, allowed)
+            assess.encode_weight = _encode
+        plan = _plan(table, n, allowed, None, 1.0)
+        bounds = {name: plan.choice[name].bound if plan else 0.0 for name in names}
+        stored = model
+        if kind == "compensated":
+            stored = TFLiteModel(model).replace({name: comp.weights(name, b) for name, b in bounds.items() if b})
+        decoded = container.load(container.pack_model(stored, bounds, layers=layers)).tflite_bytes()
+        points = {name: next(p for p in table[name] if p.bound == bounds[name]) for name in names}
+        rows[kind] = {"bounds": bounds, "ratio": sum(comp.model.layer(nm).nbytes for nm in names)
+                      / sum(p.data_bytes + p.index_bytes for p in points.values()),
+                      "val_loss": reference - runtime.accuracy(decoded, *val),
+                      "test_loss": original - runtime.accuracy(decoded, *test)}
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-loss", type=float, default=0.003)
@@ -113,7 +153,7 @@ def main() -> int:
         retrained = json.load(f)["models"]
     budget = int(args.max_loss * len(val[1]) + 1e-6)
 
-    report, table, timing, comp_rows = {}, [], [], []
+    report, table, timing, comp_rows, e2e_rows = {}, [], [], [], []
     for name, (layers, specs) in SPECS.items():
         report[name] = {}
         for spec_name, spec in specs.items():
@@ -125,6 +165,13 @@ def main() -> int:
             if row["prune_seconds"]:
                 timing.append([name, spec_name] + [f"{k}={v:.2f}s" for k, v in row["prune_seconds"].items()]
                               + [""] * (5 - len(row["prune_seconds"])))
+            if (name, spec_name) in PART_C:
+                original = row["test_top1"]["original"]
+                c = part_c(pruned, layers, cal, val, test, original, row["val_top1"]["original"], args.max_loss)
+                report[name][spec_name]["compensation_end_to_end"] = c
+                for kind, r in c.items():
+                    e2e_rows.append([name, spec_name, kind, f"{r['ratio']:.1f}x", f"{100 * r['val_loss']:+.2f}",
+                                     f"{100 * r['test_loss']:+.2f}"])
             if spec_name == "oneshot-light":  # compensation on the one-shot model
                 comp = part_b(pruned, layers, cal, val, budget)
                 report[name]["compensation"] = comp
@@ -146,6 +193,9 @@ def main() -> int:
     print(format_table(["model", "spec"] + ["seconds"] * 5, timing))
     print(f"\nB. per layer alone, largest bound within {budget} samples of validation drop; ratio there")
     print(format_table(["model", "layer", "bound plain", "bound comp", "ratio plain", "ratio comp"], comp_rows))
+
+    print("\nC. the same assess -> optimize -> encode path with plain and compensated weights (no verification)")
+    print(format_table(["model", "spec", "weights", "ratio", "val loss", "test loss"], e2e_rows))
 
     out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
