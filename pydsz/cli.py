@@ -168,7 +168,7 @@ def cmd_prune(args) -> None:
     from .container import write_atomic
     from .data import load_npz
     from .errors import InputError
-    from .oneshot import prune_model as prune_oneshot
+    from .oneshot import hessian_note, prune_model as prune_oneshot
     from .prune import prune_model
 
     model = load_tflite(args.model)
@@ -198,6 +198,7 @@ def cmd_prune(args) -> None:
         print("sparsity: " + ", ".join(f"{k}={v:.3f}" for k, v in result.sparsity.items()))
         if result.seconds:
             print("seconds per layer: " + ", ".join(f"{k}={v:.2f}" for k, v in result.seconds.items()))
+            print(f"Hessian memory: {hessian_note(model, result.pruned)}")
         print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
         print(f"wrote {args.output}")
 

@@ -130,6 +130,13 @@ def check_memory(layers: Sequence[Layer], limit: int = MAX_HESSIAN_BYTES) -> Non
                          "leave it out (--layers) or raise the limit")
 
 
+def hessian_note(tflite_bytes: bytes, names: Sequence[str]) -> str:
+    """Which of the named layers needs the most memory for its Hessian, and how much."""
+    model = TFLiteModel(tflite_bytes)
+    largest = max((model.layer(name) for name in names), key=hessian_bytes)
+    return f"the largest, {largest.name}, needs {hessian_bytes(largest) / 2**20:.1f} MiB"
+
+
 def hessian(model: TFLiteModel, layer: Layer, x: np.ndarray, num_threads: Optional[int] = None) -> np.ndarray:
     """2/n * sum of the outer products of the layer's input rows over the calibration set x,
     float64, accumulated chunk by chunk: [groups, cols, cols] (one group but for depthwise)."""
