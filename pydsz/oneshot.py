@@ -172,7 +172,7 @@ def grid(values: np.ndarray, bound: float) -> np.ndarray:
     r = float32(q * 2eb) computed in double; values beyond the codec's range stay as they are."""
     x = np.asarray(values, np.float64)
     step = 2.0 * bound
-    d = x / step
+    d = x * (1.0 / step)  # as quantize.c: multiplied by the stored inverse
     q = np.floor(d + 0.5)
     q = np.where((q == 0) & (x != 0), np.sign(x), q)
     r = (q * step).astype(np.float32).astype(np.float64)
