@@ -242,3 +242,9 @@ def test_oneshot_auto_prunes_within_the_budget_on_the_ladder(lenet300, calibrati
     assert result.method == "oneshot" and result.pruned
     assert all(any(abs(result.sparsity[name] - s) < 0.005 for s in AUTO_LADDER) for name in result.pruned)
     assert result.top1_before - result.top1_after <= 0.01 + 1e-9
+
+
+def test_oneshot_prunes_without_labels(lenet300, calibration):
+    result = oneshot.prune_model(lenet300, calibration, (calibration, None), 0.5)
+    assert result.pruned == ["fc1", "fc2", "fc3"]
+    assert result.top1_before is None and result.top1_after is None
