@@ -213,21 +213,49 @@ def cmd_compress(args) -> None:
         print(f"wrote {args.output} ({len(result.dsz)} bytes)")
 
 
+def _prune_sparsity(text: str):
+    """`dsz prune --sparsity`: what _sparsity takes, or an n:m pattern such as 2:4 (one-shot only)."""
+    n, colon, m = text.partition(":")
+    if colon and n.isdigit() and m.isdigit():
+        return int(n), int(m)
+    return _sparsity(text)
+
+
 def cmd_prune(args) -> None:
     from .container import write_atomic
     from .data import load_npz
+    from .errors import InputError
+    from .oneshot import hessian_note, prune_model as prune_oneshot
     from .prune import prune_model
 
-    device = _device(args)
     model = load_tflite(args.model)
-    train, val = load_npz(args.train), load_npz(args.data)
-    result = prune_model(model, train, val, args.sparsity, epochs=args.epochs, auto_budget=args.auto_budget,
-                         distill=args.distill, progress=not args.quiet, num_threads=args.num_threads, device=device)
+    if args.method == "oneshot":
+        val = load_npz(args.data)
+        calibration = load_npz(args.train)[0] if args.train else val[0]
+        kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
+        result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds, auto_budget=args.auto_budget,
+                               progress=not args.quiet, num_threads=args.num_threads)
+    else:
+        if not args.train:
+            raise InputError("--method retrain needs --train (training .npz); --method oneshot needs none")
+        if args.layers != "fc":
+            raise InputError(f"--method retrain prunes FC layers only; --layers {args.layers} needs --method oneshot")
+        if isinstance(args.sparsity, tuple):
+            raise InputError(f"n:m sparsity {args.sparsity[0]}:{args.sparsity[1]} needs --method oneshot")
+        device = _device(args)
+        train, val = load_npz(args.train), load_npz(args.data)
+        result = prune_model(model, train, val, args.sparsity, epochs=args.epochs, auto_budget=args.auto_budget,
+                             distill=args.distill, progress=not args.quiet, num_threads=args.num_threads,
+                             device=device)
     write_atomic(args.output, result.tflite)
     if not args.quiet:
+        print(f"method: {result.method}")
         if result.already_sparse:
             print(f"already sparse, left as they were: {', '.join(result.already_sparse)}")
         print("sparsity: " + ", ".join(f"{k}={v:.3f}" for k, v in result.sparsity.items()))
+        if result.seconds:
+            print("seconds per layer: " + ", ".join(f"{k}={v:.2f}" for k, v in result.seconds.items()))
+            print(f"Hessian memory: {hessian_note(model, result.pruned)}")
         print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
         print(f"wrote {args.output}")
 
@@ -383,17 +411,25 @@ def _add_pipeline_commands(sub) -> None:
     _add_output_arguments(p, "output .dsz file")
     p.set_defaults(func=cmd_compress)
 
-    p = sub.add_parser("prune", help="magnitude-prune the FC layers and retrain with the masks held",
-                       description="Prune FC layers by magnitude and retrain the FC tail (numpy or GPU) on cached "
-                       "activations; the conv trunk stays frozen.")
+    p = sub.add_parser("prune", help="prune layers: retrain the FC tail with masks held, or one-shot from calibration data",
+                       description="--method retrain (default): prune FC layers by magnitude and retrain the FC tail "
+                       "(numpy or GPU) on cached activations; the conv trunk stays frozen. --method oneshot: prune "
+                       "the layers of --layers one at a time in execution order from calibration inputs alone "
+                       "(SparseGPT: mask and error compensation through the inverse Hessian), no training.")
     p.add_argument("model", help="input .tflite model")
-    p.add_argument("--train", required=True, help="training .npz with arrays x and y")
+    p.add_argument("--method", choices=["retrain", "oneshot"], default="retrain",
+                   help="retrain (needs --train) or oneshot (calibrates on --train when given, else on --data)")
+    p.add_argument("--train", help="training .npz with arrays x and y (retrain: required; oneshot: calibration set)")
     p.add_argument("--data", required=True, help="validation .npz with arrays x and y")
-    p.add_argument("--sparsity", type=_sparsity, required=True,
-                   help="fraction pruned: 0.92 (every FC layer), fc1=0.92,fc2=0.91, or auto")
+    p.add_argument("--sparsity", type=_prune_sparsity, required=True,
+                   help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (per layer, largest first, "
+                   "within --auto-budget), or n:m such as 2:4 (oneshot: n of every m consecutive inputs)")
+    p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
+                   help="which layers to prune (default fc; conv and all need --method oneshot)")
     _add_retraining_arguments(p)
     p.add_argument("--auto-budget", type=float, default=0.001,
-                   help="validation top-1 loss `auto` may spend, checked after the full retraining (default 0.001)")
+                   help="validation top-1 loss `auto` may spend, one standard deviation of noise kept in hand; "
+                   "retrain checks it again after the full retraining (default 0.001)")
     _add_device_argument(p)
     _add_output_arguments(p, "output .tflite file")
     p.set_defaults(func=cmd_prune)

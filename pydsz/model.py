@@ -51,6 +51,9 @@ _OPTION_CLASSES = {
 _OPTION_FIELDS = {
     "FusedActivationFunction": "activation", "KeepNumDims": "keep_num_dims",
     "WeightsFormat": "weights_format", "Beta": "beta", "Alpha": "alpha",
+    # convolution geometry (pydsz.oneshot's im2col); padding stays the schema's enum: 0 SAME, 1 VALID
+    "Padding": "padding", "StrideH": "stride_h", "StrideW": "stride_w",
+    "DilationHFactor": "dilation_h", "DilationWFactor": "dilation_w", "DepthMultiplier": "depth_multiplier",
 }
 
 

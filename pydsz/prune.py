@@ -3,6 +3,7 @@
 The conv trunk stays frozen: the input of the first FC layer is captured once through the
 interpreter, and the FC tail is retrained on those cached activations in numpy (Adam, softmax
 cross-entropy on the tail's output, masks re-applied after every step, fixed seed).
+pydsz.oneshot.prune_model is the way without training data, conv layers included.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ MIN_TRAIN_SAMPLES = 100
 ALREADY_SPARSE = 0.5
 # The ladder `auto` climbs, layer by layer.
 AUTO_LADDER = (0.5, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98)
+# Standard deviations of validation noise `auto` keeps in hand (compress's default margin).
+AUTO_MARGIN = 1.0
 
 Sparsity = Union[float, Mapping[str, float], str]
 
@@ -274,14 +277,16 @@ def _gradients(layers: Sequence[Dense], x: np.ndarray, target: np.ndarray) -> li
 
 @dataclass
 class PruneResult:
-    """A pruned and retrained model and what was done to it (accuracies on the validation set)."""
+    """A pruned model and what was done to it (accuracies on the validation set)."""
 
     tflite: bytes
     sparsity: dict[str, float]  # per FC layer, after pruning (already-sparse layers included)
     pruned: list[str]  # the layers pruned now
     already_sparse: list[str]  # layers found sparse and left as they were
-    top1_before: float
-    top1_after: float
+    top1_before: Optional[float]  # None when there are no labels to measure it with
+    top1_after: Optional[float]
+    method: str = "retrain"  # "retrain" (masked retraining of the FC tail) or "oneshot" (pydsz.oneshot)
+    seconds: dict[str, float] = field(default_factory=dict)  # oneshot: time per pruned layer
 
 
 def tail_layers(tail) -> list[Dense]:
@@ -333,13 +338,39 @@ def _masks(layers: Sequence[Dense], targets: Mapping[str, float]) -> dict[str, n
             for l in layers}
 
 
+def judge(reference: np.ndarray, candidate: np.ndarray, allowed: int, margin: float) -> tuple[bool, int]:
+    """A candidate's per-sample hits against the reference's: (within `allowed` samples with `margin`
+    standard deviations of noise in hand, samples flipped). The noise of a paired count is about
+    sqrt(flips), as compress counts it (assess.Measure.risk)."""
+    lost, gained = int(np.sum(reference & ~candidate)), int(np.sum(~reference & candidate))
+    return lost - gained + margin * float(np.sqrt(lost + gained)) <= allowed, lost + gained
+
+
+def noise_error(name: str, n: int, budget: float, flips: int, margin: float) -> InputError:
+    """The validation set cannot tell the smallest pruning of the largest layer from noise."""
+    # flips grow with the samples, their noise with its square root, the budget linearly
+    need = int(np.ceil(margin**2 * flips / (n * budget**2)))
+    return InputError(f"validation set of {n} samples too small for a budget of {100 * budget:g} points "
+                      f"({int(budget * n + 1e-6)} samples): pruning {name}, the largest layer, by {AUTO_LADDER[0]} "
+                      f"flips {flips} predictions, a noise of {margin * np.sqrt(flips):.1f} samples; give about "
+                      f"{need} validation samples or a larger budget")
+
+
+def by_size(names: Sequence[str], sizes: Mapping[str, int]) -> list[str]:
+    """The largest layers first: they hold most of the bytes, so they get the budget first."""
+    return sorted(names, key=lambda name: -sizes[name])
+
+
 def auto_sparsity(
     layers: list[Dense], h: np.ndarray, y: np.ndarray, h_val: np.ndarray, y_val: np.ndarray,
     names: Sequence[str], budget: float, epochs: float = 1, seed: int = 0, progress: bool = False,
     teacher: Optional[Sequence[Dense]] = None, distill: float = 0.5, device: str = "cpu",
+    margin: float = AUTO_MARGIN,
 ) -> tuple[dict[str, float], list[Dense]]:
-    """Per layer in turn, the highest sparsity of AUTO_LADDER whose validation loss stays within
-    `budget` (accuracy); returns the sparsities and the layers retrained at them.
+    """Per layer in turn, largest first, the highest sparsity of AUTO_LADDER whose validation loss
+    stays within `budget` (accuracy) with `margin` standard deviations of noise in hand; returns
+    the sparsities and the layers retrained at them. InputError when the validation set is too small
+    to tell even the smallest pruning of the largest layer from noise.
 
     Each trial retrains briefly, pruning gradually and distilling from `teacher` as the final
     retraining does. A brief retraining moves a converged model by itself, so a trial is compared
@@ -355,22 +386,30 @@ def auto_sparsity(
         return retrain(layers, _masks(layers, {}), h, y, epochs=epochs, seed=seed, targets=targets or None,
                        teacher=teacher, distill=distill, device=device)
 
+    def hits(candidate):
+        return np.argmax(logits(candidate, h_val, device), axis=1) == y_val
+
+    order = by_size(names, {l.name: l.weight.size for l in layers})
     steps = int(np.ceil(np.log2(len(AUTO_LADDER) + 1))) + 1
     with tqdm(total=len(names) * steps, desc="auto sparsity", disable=not progress, leave=False) as bar:
-        for name in names:
-            reference = count_correct(trial(chosen), h_val, y_val, device=device)
+        for name in order:
+            reference = hits(trial(chosen))
             bar.update()
             lo, hi, best = 0, len(AUTO_LADDER), None  # AUTO_LADDER[:lo] passed, [hi:] failed
             while lo < hi:
                 mid = (lo + hi) // 2
                 candidate = trial({**chosen, name: AUTO_LADDER[mid]})
                 bar.update()
-                if reference - count_correct(candidate, h_val, y_val, device=device) <= allowed:
+                safe, flips = judge(reference, hits(candidate), allowed, margin)
+                if safe:
                     lo, best = mid + 1, candidate
                 else:
                     hi = mid
             if best is not None:
                 chosen[name], layers = AUTO_LADDER[lo - 1], best
+            elif name == order[0] and margin * np.sqrt(flips) > allowed:
+                # the last trial was the ladder's first rung: its noise alone exceeds the budget
+                raise noise_error(name, len(y_val), budget, flips, margin)
     return chosen, layers
 
 

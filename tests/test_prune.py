@@ -156,14 +156,20 @@ def test_auto_climbs_the_ladder(fmnist):
     assert result.top1_before - result.top1_after <= 0.05 + 1e-9
 
 
-def test_auto_leaves_the_model_alone_when_nothing_fits_the_budget(fmnist):
+def test_auto_reports_a_validation_set_too_small_for_its_budget(fmnist):
     from pydsz.data import bundled
     from pydsz.prune import prune_model
 
-    # 3,000 samples and half an epoch: retraining alone costs more than a budget of 2 samples
+    # 1,000 samples and a budget of 2: half an epoch of retraining alone flips dozens of predictions
     data = bundled("lenet300.tflite").read_bytes()
-    result = prune_model(data, *fmnist, "auto", epochs=0.5, auto_budget=0.002)
-    assert result.pruned == [] and result.top1_after == result.top1_before
+    with pytest.raises(InputError, match="validation set of 1000 samples too small .* pruning fc1, the largest layer"):
+        prune_model(data, *fmnist, "auto", epochs=0.5, auto_budget=0.002)
+
+
+def test_auto_decides_the_largest_layers_first():
+    from pydsz.prune import by_size
+
+    assert by_size(["fc1", "fc2", "fc3"], {"fc1": 1000, "fc2": 50000, "fc3": 1000}) == ["fc2", "fc1", "fc3"]
 
 
 def test_a_tiny_training_set_is_an_input_error(fmnist):

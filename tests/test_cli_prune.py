@@ -1,0 +1,63 @@
+"""`dsz prune --method oneshot|retrain` through the command line: exit codes, errors, no partial output."""
+
+import numpy as np
+
+from pydsz.data import bundled, load_npz
+from pydsz.model import TFLiteModel
+from pydsz.prune import density
+from test_cli import assert_user_error, dsz
+
+
+def test_oneshot_prunes_every_layer_without_training_data(tmp_path):
+    out = tmp_path / "pruned.tflite"
+    result = dsz("prune", bundled("lenet5.tflite"), "--method", "oneshot", "--layers", "all",
+                 "--data", bundled("fmnist_val.npz"), "--sparsity", "0.5", "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "method: oneshot" in result.stdout and "seconds per layer: conv1=" in result.stdout
+    model = TFLiteModel.from_file(out)
+    assert all(abs(1 - density(model.weight(l)) - 0.5) < 0.01 for l in ("conv1", "conv2", "fc1", "fc2"))
+
+
+def test_oneshot_takes_an_n_m_pattern(tmp_path):
+    out = tmp_path / "pruned.tflite"
+    result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--data", bundled("fmnist_val.npz"),
+                 "--sparsity", "2:4", "-q", "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    w = TFLiteModel.from_file(out).weight("fc2")
+    assert (w == 0).reshape(w.shape[0], -1, 4).sum(axis=2).min() >= 2
+
+
+def test_retrain_without_training_data_is_a_user_error(tmp_path):
+    out = tmp_path / "pruned.tflite"
+    result = dsz("prune", bundled("lenet300.tflite"), "--data", bundled("fmnist_val.npz"), "--sparsity", "0.5",
+                 "-o", out)
+    assert_user_error(result, "--train")
+    assert not out.exists()
+
+
+def test_retrain_of_conv_layers_is_a_user_error(tmp_path):
+    out = tmp_path / "pruned.tflite"
+    result = dsz("prune", bundled("lenet5.tflite"), "--train", bundled("fmnist_val.npz"),
+                 "--data", bundled("fmnist_val.npz"), "--sparsity", "0.5", "--layers", "all", "-o", out)
+    assert_user_error(result, "--method oneshot")
+    assert not out.exists()
+
+
+def test_a_bad_n_m_pattern_is_a_user_error(tmp_path):
+    out = tmp_path / "pruned.tflite"
+    result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--data", bundled("fmnist_val.npz"),
+                 "--sparsity", "4:4", "-o", out)
+    assert_user_error(result, "4:4")
+    assert not out.exists()
+
+
+def test_auto_on_too_small_a_validation_set_is_a_user_error(tmp_path):
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    small = tmp_path / "small.npz"
+    np.savez(small, x=x[:200], y=y[:200])
+    out = tmp_path / "pruned.tflite"
+    result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--train", bundled("fmnist_val.npz"),
+                 "--data", small, "--sparsity", "auto", "--auto-budget", "0.002", "-q", "-o", out)
+    assert_user_error(result, "too small", "fc1")
+    assert not out.exists()
