@@ -72,13 +72,14 @@ def _libdsz_quantizer(tmp_path):
         pytest.skip("no C compiler")
     lib = tmp_path / "libquant.so"
     subprocess.run([cc, "-O2", "-std=c99", "-shared", "-fPIC", "-ffp-contract=off", "-I", str(ROOT / "libdsz/include"),
-                    "-I", str(ROOT / "libdsz/src"), str(ROOT / "libdsz/src/quantize.c"), "-o", str(lib)], check=True)
+                    "-I", str(ROOT / "libdsz/src"), str(ROOT / "libdsz/src/quantize.c"), str(ROOT / "libdsz/src/dtype.c"), "-o", str(lib)], check=True)
     return ctypes.CDLL(str(lib))
 
 
 class _Quant(ctypes.Structure):  # dsz_quant in libdsz/src/common.h
     _fields_ = [("eb", ctypes.c_double), ("step", ctypes.c_double), ("inv", ctypes.c_double),
-                ("radius", ctypes.c_uint), ("keepNonzero", ctypes.c_int)]
+                ("radius", ctypes.c_uint), ("keepNonzero", ctypes.c_int), ("dtype", ctypes.c_uint)]
+DTYPE_FLOAT32 = 1  # DSZ_DTYPE_FLOAT32 in libdsz/include/dsz.h
 
 
 @pytest.mark.parametrize("keep_nonzero", [True, False])
@@ -88,7 +89,8 @@ def test_reference_codes_are_libdsz_codes(tmp_path, keep_nonzero):
     for eb in BOUNDS:
         x = _awkward_values(eb, rng)
         q = _Quant()
-        lib.dsz_quant_init(ctypes.byref(q), ctypes.c_double(eb), ctypes.c_uint(32768), ctypes.c_int(keep_nonzero))
+        lib.dsz_quant_init(ctypes.byref(q), ctypes.c_double(eb), ctypes.c_uint(32768), ctypes.c_int(keep_nonzero),
+                           ctypes.c_uint(DTYPE_FLOAT32))
         sym = np.zeros(x.size, np.uint32)
         outl = np.zeros(x.size, np.uint32)
         hist = np.zeros(2 * 32768, np.uint64)
