@@ -520,8 +520,20 @@ def _native_stderr_silenced():
         os.close(devnull)
 
 
+def _joined_values(argv: list) -> list:
+    """`--normalize -1,1` as `--normalize=-1,1`: argparse takes a value that starts with '-' and is
+    no plain negative number for an option."""
+    out = []
+    for arg in argv:
+        if out and out[-1] == "--normalize" and arg.startswith("-"):
+            out[-1] = f"--normalize={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_joined_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         with _native_stderr_silenced():
             args.func(args)

@@ -321,6 +321,11 @@ def test_cli_compress_and_eval_with_a_metric(files, tmp_path):
     assert json.loads(ev.stdout)["metric"] == "output-error" and 0 < json.loads(ev.stdout)["value"] < 0.1
 
 
+def test_cli_normalize_takes_a_range_that_starts_with_a_minus(files, tmp_path):
+    ev = dsz("eval", bundled("lenet5.tflite"), "--data", files / "empty", "--normalize", "-1,1")
+    assert ev.returncode == 1 and "no PNG or JPEG" in ev.stderr, ev.stderr  # parsed, then the folder is judged
+
+
 def test_cli_user_metric_as_module_function(files, tmp_path):
     import os
 
