@@ -121,8 +121,11 @@ def independent_check(name: str, original: Path, decoded: Path, folder: Path, sp
     return out
 
 
-def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path) -> dict:
+def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path, batch1: bool = False) -> dict:
+    """One model through pack, compress, eval and decompress; batch1 runs the CLI through
+    bench/dsz_batch1.py (see there) instead of the installed `dsz`."""
     spec = nd.BY_NAME[name]
+    dsz = [sys.executable, str(HERE / "dsz_batch1.py")] if batch1 else [DSZ]
     paths = nd.build(name, cache)
     model, calib, test = paths["model"], paths["calib"], paths["test"]
     data = model.read_bytes()
@@ -130,16 +133,16 @@ def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path) 
 
     m = TFLiteModel(data)
     layers = m.layers(("fc", "conv"))
-    row = {"model": name, "source": f"{spec.package} {spec.member}", "weights": spec.weights,
+    row = {"model": name, "runner": "dsz_batch1" if batch1 else "dsz", "source": f"{spec.package} {spec.member}", "weights": spec.weights,
            "normalize": spec.normalize, "file_bytes": len(data), "zstd19_bytes": zstd19(data),
            "layers": len(layers), "compressible_layers": sum(l.compressible for l in layers),
            "compressible_bytes": sum(l.nbytes for l in layers if l.compressible),
            "calib_images": len(list(calib.glob("*.png"))), "test_images": len(list(test.glob("*.png"))),
            "failures": []}
-    d = work / name
+    d = work / (name + ("-batch1" if batch1 else ""))
     d.mkdir(parents=True, exist_ok=True)
 
-    pack = run([DSZ, "pack", str(model), "--error-bound", "0", "--layers", "all", "-o", str(d / "pack.dsz"), "-q"], log)
+    pack = run([*dsz, "pack", str(model), "--error-bound", "0", "--layers", "all", "-o", str(d / "pack.dsz"), "-q"], log)
     if pack["rc"] == 0:
         row["pack_lossless_bytes"] = (d / "pack.dsz").stat().st_size
     else:
@@ -148,7 +151,7 @@ def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path) 
     out = d / "out.dsz"
     for stale in (out, d / "report" / "report.json"):
         stale.unlink(missing_ok=True)  # a result from an earlier run must not pass for this one
-    comp = run([DSZ, "compress", str(model), "--data", str(calib), f"--normalize={spec.normalize}",
+    comp = run([*dsz, "compress", str(model), "--data", str(calib), f"--normalize={spec.normalize}",
                 "--metric", "output-error", "--max-loss", str(max_loss), "--layers", "all",
                 "-o", str(out), "--report", str(d / "report"), "--quiet"], log)
     row["compress_cmd"], row["compress_seconds"] = comp["cmd"], comp["seconds"]
@@ -164,7 +167,7 @@ def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path) 
         row["calib_error"] = (report.get("metric") or {}).get("measured_loss")
         row["layer_ratio"] = (report.get("totals") or {}).get("ratio")
 
-    ev = run([DSZ, "eval", str(out), "--reference", str(model), "--metric", "output-error",
+    ev = run([*dsz, "eval", str(out), "--reference", str(model), "--metric", "output-error",
               "--data", str(test), f"--normalize={spec.normalize}", "--json"], log)
     row["eval_cmd"] = ev["cmd"]
     if ev["rc"] == 0:
@@ -176,7 +179,7 @@ def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path) 
         row["failures"].append({k: ev[k] for k in ("cmd", "rc", "stderr")})
 
     decoded = d / "decoded.tflite"
-    dec = run([DSZ, "decompress", str(out), "-o", str(decoded)], log)
+    dec = run([*dsz, "decompress", str(out), "-o", str(decoded)], log)
     if dec["rc"] == 0:
         row["test_error_independent"] = independent_check(name, model, decoded, test, spec)
         row["calib_error_independent"] = independent_check(name, model, decoded, calib, spec)
@@ -199,7 +202,7 @@ def table(rows: list) -> str:
         ind = r.get("test_error_independent") or {}
         shift = (ind.get("landmark_shift_px") or {}).get("mean")
         lines.append(
-            f"{r['model']:27s} {r['weights']:7s} {r['file_bytes']:9d} {r['zstd19_bytes']:9d} "
+            f"{r['model'] + (' (b1)' if r.get('runner') == 'dsz_batch1' else ''):27s} {r['weights']:7s} {r['file_bytes']:9d} {r['zstd19_bytes']:9d} "
             f"{fmt(r.get('pack_lossless_bytes'), '{:d}'):>9s} {r['compressible_layers']:>3d}/{r['layers']:<3d} "
             f"{fmt(dsz, '{:d}'):>9s} {fmt(r.get('layer_ratio'), '{:.2f}'):>6s} "
             f"{fmt(dsz and r['file_bytes'] / dsz, '{:.2f}'):>6s} {fmt(dsz and r['zstd19_bytes'] / dsz, '{:.2f}'):>6s} "
@@ -227,7 +230,8 @@ def plot(rows: list, path: Path, max_loss: float) -> None:
             x = r["file_bytes"] / r["dsz_bytes"]
             ax.scatter([x], [ind["mean"]], s=40)
             ax.errorbar([x], [ind["mean"]], yerr=[[0], [ind["p95"] - ind["mean"]]], fmt="none", alpha=0.5)
-            ax.annotate(r["model"], (x, ind["mean"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+            label = r["model"] + (" (batch-1 runner)" if r.get("runner") == "dsz_batch1" else "")
+            ax.annotate(label, (x, ind["mean"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.axhline(max_loss, ls="--", lw=1, color="grey", label=f"budget (calib) {max_loss:g}")
     ax.set_xlabel(".tflite bytes / .dsz bytes")
     ax.set_ylabel("output error on unseen photos (mean; bar to p95)")
@@ -242,6 +246,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", type=Path, default=nd.DEFAULT_CACHE)
     parser.add_argument("--models", default=",".join(nd.BY_NAME))
     parser.add_argument("--max-loss", type=float, default=0.01)
+    parser.add_argument("--batch1", action="store_true",
+                        help="run the CLI through bench/dsz_batch1.py (interpreter at batch 1): rows marked (b1)")
     parser.add_argument("--out", type=Path, default=RESULTS / "nonclassifiers.json")
     args = parser.parse_args(argv)
     work = args.cache / "runs"
@@ -250,14 +256,15 @@ def main(argv=None) -> int:
     rows = []
     for name in args.models.split(","):
         print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
-        rows.append(bench_model(name, args.cache, work, args.max_loss, log))
+        rows.append(bench_model(name, args.cache, work, args.max_loss, log, args.batch1))
     print(table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     previous = {}
     if args.out.exists():  # a run of some models keeps the others' rows
-        previous = {r["model"]: r for r in json.loads(args.out.read_text()).get("rows", [])}
-    previous.update({r["model"]: r for r in rows})
-    ordered = [previous[m.name] for m in nd.MODELS if m.name in previous]
+        previous = {(r["model"], r.get("runner", "dsz")): r for r in json.loads(args.out.read_text()).get("rows", [])}
+    previous.update({(r["model"], r["runner"]): r for r in rows})
+    ordered = [previous[(m.name, runner)] for m in nd.MODELS for runner in ("dsz", "dsz_batch1")
+               if (m.name, runner) in previous]
     args.out.write_text(json.dumps({"max_loss": args.max_loss, "dsz": DSZ, "rows": ordered}, indent=1, default=str))
     plot(ordered, args.out.with_suffix(".png"), args.max_loss)
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}; commands and full messages: {log}")
