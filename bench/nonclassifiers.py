@@ -241,6 +241,21 @@ def plot(rows: list, path: Path, max_loss: float) -> None:
     fig.savefig(path, dpi=110)
 
 
+def provenance() -> dict:
+    """Which pydsz ran: the lead's editable install changes under the bench, so the commit and any
+    uncommitted files of pydsz/ go with the numbers."""
+    import pydsz
+
+    root = Path(pydsz.__file__).resolve().parent.parent
+
+    def git(*a):
+        p = subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True)
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    return {"pydsz": str(root), "commit": git("rev-parse", "--short", "HEAD"),
+            "uncommitted": (git("status", "--porcelain", "--", "pydsz") or "").splitlines()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=nd.DEFAULT_CACHE)
@@ -253,10 +268,15 @@ def main(argv=None) -> int:
     work = args.cache / "runs"
     work.mkdir(parents=True, exist_ok=True)
     log = work / "commands.log"
+    prov = provenance()
+    print(f"pydsz {prov['pydsz']} at {prov['commit']}" + (f", uncommitted: {' '.join(prov['uncommitted'])}"
+                                                            if prov["uncommitted"] else ""))
     rows = []
     for name in args.models.split(","):
         print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
-        rows.append(bench_model(name, args.cache, work, args.max_loss, log, args.batch1))
+        row = bench_model(name, args.cache, work, args.max_loss, log, args.batch1)
+        row["provenance"] = prov
+        rows.append(row)
     print(table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     previous = {}
