@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -121,9 +122,11 @@ def independent_check(name: str, original: Path, decoded: Path, folder: Path, sp
     return out
 
 
-def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path, batch1: bool = False) -> dict:
+def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path, batch1: bool = False,
+                reuse: Optional[dict] = None) -> dict:
     """One model through pack, compress, eval and decompress; batch1 runs the CLI through
-    bench/dsz_batch1.py (see there) instead of the installed `dsz`."""
+    bench/dsz_batch1.py (see there) instead of the installed `dsz`. reuse: this model's row of an
+    earlier run whose compress succeeded: its out.dsz and report are kept, eval and the checks rerun."""
     spec = nd.BY_NAME[name]
     dsz = [sys.executable, str(HERE / "dsz_batch1.py")] if batch1 else [DSZ]
     paths = nd.build(name, cache)
@@ -149,11 +152,15 @@ def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path, 
         row["failures"].append({k: pack[k] for k in ("cmd", "rc", "stderr")})
 
     out = d / "out.dsz"
-    for stale in (out, d / "report" / "report.json"):
-        stale.unlink(missing_ok=True)  # a result from an earlier run must not pass for this one
-    comp = run([*dsz, "compress", str(model), "--data", str(calib), f"--normalize={spec.normalize}",
-                "--metric", "output-error", "--max-loss", str(max_loss), "--layers", "all",
-                "-o", str(out), "--report", str(d / "report"), "--quiet"], log)
+    if reuse and reuse.get("dsz_bytes") and out.exists() and out.stat().st_size == reuse["dsz_bytes"]:
+        comp = {"cmd": reuse["compress_cmd"], "seconds": reuse["compress_seconds"], "rc": 0}
+        row["reused_compress_from"] = reuse.get("provenance")
+    else:
+        for stale in (out, d / "report" / "report.json"):
+            stale.unlink(missing_ok=True)  # a result from an earlier run must not pass for this one
+        comp = run([*dsz, "compress", str(model), "--data", str(calib), f"--normalize={spec.normalize}",
+                    "--metric", "output-error", "--max-loss", str(max_loss), "--layers", "all",
+                    "-o", str(out), "--report", str(d / "report"), "--quiet"], log)
     row["compress_cmd"], row["compress_seconds"] = comp["cmd"], comp["seconds"]
     if comp["rc"] != 0 or not out.exists():
         row["failures"].append({k: comp[k] for k in ("cmd", "rc", "stderr")})
@@ -263,6 +270,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-loss", type=float, default=0.01)
     parser.add_argument("--batch1", action="store_true",
                         help="run the CLI through bench/dsz_batch1.py (interpreter at batch 1): rows marked (b1)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the .dsz of an earlier successful compress (rows of --out); rerun eval and checks")
     parser.add_argument("--out", type=Path, default=RESULTS / "nonclassifiers.json")
     args = parser.parse_args(argv)
     work = args.cache / "runs"
@@ -271,10 +280,14 @@ def main(argv=None) -> int:
     prov = provenance()
     print(f"pydsz {prov['pydsz']} at {prov['commit']}" + (f", uncommitted: {' '.join(prov['uncommitted'])}"
                                                             if prov["uncommitted"] else ""))
+    earlier = {}
+    if args.reuse and args.out.exists():
+        earlier = {(r["model"], r.get("runner", "dsz")): r for r in json.loads(args.out.read_text())["rows"]}
     rows = []
     for name in args.models.split(","):
         print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
-        row = bench_model(name, args.cache, work, args.max_loss, log, args.batch1)
+        row = bench_model(name, args.cache, work, args.max_loss, log, args.batch1,
+                          earlier.get((name, "dsz_batch1" if args.batch1 else "dsz")))
         row["provenance"] = prov
         rows.append(row)
     print(table(rows))
