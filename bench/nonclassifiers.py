@@ -122,13 +122,12 @@ def independent_check(name: str, original: Path, decoded: Path, folder: Path, sp
     return out
 
 
-def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path, batch1: bool = False,
+def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path,
                 reuse: Optional[dict] = None) -> dict:
-    """One model through pack, compress, eval and decompress; batch1 runs the CLI through
-    bench/dsz_batch1.py (see there) instead of the installed `dsz`. reuse: this model's row of an
+    """One model through pack, compress, eval and decompress. reuse: this model's row of an
     earlier run whose compress succeeded: its out.dsz and report are kept, eval and the checks rerun."""
     spec = nd.BY_NAME[name]
-    dsz = [sys.executable, str(HERE / "dsz_batch1.py")] if batch1 else [DSZ]
+    dsz = [DSZ]
     paths = nd.build(name, cache)
     model, calib, test = paths["model"], paths["calib"], paths["test"]
     data = model.read_bytes()
@@ -136,13 +135,13 @@ def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path, 
 
     m = TFLiteModel(data)
     layers = m.layers(("fc", "conv"))
-    row = {"model": name, "runner": "dsz_batch1" if batch1 else "dsz", "source": f"{spec.package} {spec.member}", "weights": spec.weights,
+    row = {"model": name, "runner": "dsz", "source": f"{spec.package} {spec.member}", "weights": spec.weights,
            "normalize": spec.normalize, "file_bytes": len(data), "zstd19_bytes": zstd19(data),
            "layers": len(layers), "compressible_layers": sum(l.compressible for l in layers),
            "compressible_bytes": sum(l.nbytes for l in layers if l.compressible),
            "calib_images": len(list(calib.glob("*.png"))), "test_images": len(list(test.glob("*.png"))),
            "failures": []}
-    d = work / (name + ("-batch1" if batch1 else ""))
+    d = work / name
     d.mkdir(parents=True, exist_ok=True)
 
     pack = run([*dsz, "pack", str(model), "--error-bound", "0", "--layers", "all", "-o", str(d / "pack.dsz"), "-q"], log)
@@ -209,7 +208,7 @@ def table(rows: list) -> str:
         ind = r.get("test_error_independent") or {}
         shift = (ind.get("landmark_shift_px") or {}).get("mean")
         lines.append(
-            f"{r['model'] + (' (b1)' if r.get('runner') == 'dsz_batch1' else ''):27s} {r['weights']:7s} {r['file_bytes']:9d} {r['zstd19_bytes']:9d} "
+            f"{r['model']:27s} {r['weights']:7s} {r['file_bytes']:9d} {r['zstd19_bytes']:9d} "
             f"{fmt(r.get('pack_lossless_bytes'), '{:d}'):>9s} {r['compressible_layers']:>3d}/{r['layers']:<3d} "
             f"{fmt(dsz, '{:d}'):>9s} {fmt(r.get('layer_ratio'), '{:.2f}'):>6s} "
             f"{fmt(dsz and r['file_bytes'] / dsz, '{:.2f}'):>6s} {fmt(dsz and r['zstd19_bytes'] / dsz, '{:.2f}'):>6s} "
@@ -237,7 +236,7 @@ def plot(rows: list, path: Path, max_loss: float) -> None:
             x = r["file_bytes"] / r["dsz_bytes"]
             ax.scatter([x], [ind["mean"]], s=40)
             ax.errorbar([x], [ind["mean"]], yerr=[[0], [ind["p95"] - ind["mean"]]], fmt="none", alpha=0.5)
-            label = r["model"] + (" (batch-1 runner)" if r.get("runner") == "dsz_batch1" else "")
+            label = r["model"]
             ax.annotate(label, (x, ind["mean"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.axhline(max_loss, ls="--", lw=1, color="grey", label=f"budget (calib) {max_loss:g}")
     ax.set_xlabel(".tflite bytes / .dsz bytes")
@@ -268,8 +267,6 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", type=Path, default=nd.DEFAULT_CACHE)
     parser.add_argument("--models", default=",".join(nd.BY_NAME))
     parser.add_argument("--max-loss", type=float, default=0.01)
-    parser.add_argument("--batch1", action="store_true",
-                        help="run the CLI through bench/dsz_batch1.py (interpreter at batch 1): rows marked (b1)")
     parser.add_argument("--reuse", action="store_true",
                         help="keep the .dsz of an earlier successful compress (rows of --out); rerun eval and checks")
     parser.add_argument("--out", type=Path, default=RESULTS / "nonclassifiers.json")
@@ -286,8 +283,7 @@ def main(argv=None) -> int:
     rows = []
     for name in args.models.split(","):
         print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
-        row = bench_model(name, args.cache, work, args.max_loss, log, args.batch1,
-                          earlier.get((name, "dsz_batch1" if args.batch1 else "dsz")))
+        row = bench_model(name, args.cache, work, args.max_loss, log, earlier.get((name, "dsz")))
         row["provenance"] = prov
         rows.append(row)
     print(table(rows))
@@ -296,7 +292,7 @@ def main(argv=None) -> int:
     if args.out.exists():  # a run of some models keeps the others' rows
         previous = {(r["model"], r.get("runner", "dsz")): r for r in json.loads(args.out.read_text()).get("rows", [])}
     previous.update({(r["model"], r["runner"]): r for r in rows})
-    ordered = [previous[(m.name, runner)] for m in nd.MODELS for runner in ("dsz", "dsz_batch1")
+    ordered = [previous[(m.name, runner)] for m in nd.MODELS for runner in ("dsz",)
                if (m.name, runner) in previous]
     args.out.write_text(json.dumps({"max_loss": args.max_loss, "dsz": DSZ, "rows": ordered}, indent=1, default=str))
     plot(ordered, args.out.with_suffix(".png"), args.max_loss)
