@@ -230,14 +230,16 @@ def plot(rows: list, path: Path, max_loss: float) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for r in rows:
+    for i, r in enumerate(rows):
         ind = r.get("test_error_independent") or {}
         if r.get("dsz_bytes") and ind:
             x = r["file_bytes"] / r["dsz_bytes"]
             ax.scatter([x], [ind["mean"]], s=40)
             ax.errorbar([x], [ind["mean"]], yerr=[[0], [ind["p95"] - ind["mean"]]], fmt="none", alpha=0.5)
-            label = r["model"]
-            ax.annotate(label, (x, ind["mean"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+            label = f"{r['model']} ({r['weights']})"
+            ax.annotate(label, (x, ind["mean"]), textcoords="offset points",
+                        xytext=(5, 4 + 12 * (i % 2)), fontsize=8)  # alternate heights: close points'
+                                                                     # labels would overlap
     ax.axhline(max_loss, ls="--", lw=1, color="grey", label=f"budget (calib) {max_loss:g}")
     ax.set_xlabel(".tflite bytes / .dsz bytes")
     ax.set_ylabel("output error on unseen photos (mean; bar to p95)")
