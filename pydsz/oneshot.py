@@ -22,7 +22,8 @@ import numpy as np
 from pydsz import runtime
 from pydsz.errors import InputError
 from pydsz.model import Layer, TFLiteModel
-from pydsz.prune import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, PruneResult, by_size, density, judge, noise_error
+from pydsz.prune import (ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, PruneResult, by_size, density, judge, noise_error,
+                         sparsity_targets)
 
 __all__ = ["im2col", "layer_matrix", "weight_from_matrix", "hessian", "sweep", "grid", "compensate",
            "prune_layers", "prune_model", "OneShotResult", "Compensator"]
@@ -271,20 +272,6 @@ def selectable(model: TFLiteModel, kinds: Sequence[str]) -> list[Layer]:
     return [layer for layer in model.layers(kinds) if layer.compressible and not layer.shared_with]
 
 
-def _targets(names: Sequence[str], sparsity: Union[float, Mapping[str, float]]) -> dict[str, float]:
-    if isinstance(sparsity, Mapping):
-        unknown = sorted(set(sparsity) - set(names))
-        if unknown:
-            raise InputError(f"no prunable layer named {', '.join(unknown)} (have: {', '.join(names)})")
-        targets = {k: float(v) for k, v in sparsity.items()}
-    else:
-        targets = {name: float(sparsity) for name in names}
-    for name, s in targets.items():
-        if not 0 <= s < 1:
-            raise InputError(f"layer {name}: sparsity {s} must be in [0, 1)")
-    return targets
-
-
 def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapping[str, float]] = 0.5, *,
                  kinds: Sequence[str] = ("fc",), nm: Optional[tuple[int, int]] = None, damp: float = DAMP,
                  max_hessian_bytes: int = MAX_HESSIAN_BYTES, progress: bool = False,
@@ -303,7 +290,7 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
         raise InputError(f"n:m pattern {nm[0]}:{nm[1]}: need 0 < n < m")
     if len(np.shape(x)) < 1 or np.shape(x)[0] < 1:
         raise InputError("the calibration set is empty")
-    targets = _targets([l.name for l in layers], nm[0] / nm[1] if nm else sparsity)
+    targets = sparsity_targets([l.name for l in layers], nm[0] / nm[1] if nm else sparsity)
     already = [l.name for l in layers if 1 - density(model.weight(l)) >= ALREADY_SPARSE]
     todo = [l for l in layers if l.name in targets and targets[l.name] > 0 and l.name not in already]
     check_memory(todo, max_hessian_bytes)

@@ -314,7 +314,9 @@ def tail_layers(tail) -> list[Dense]:
     return layers
 
 
-def _targets(names: list[str], sparsity: Sparsity) -> dict[str, float] | str:
+def sparsity_targets(names: Sequence[str], sparsity: Sparsity) -> dict[str, float] | str:
+    """The sparsity of each named layer: one for all, or name=value pairs ("auto" as it is); InputError
+    for a name that is not among `names` or a sparsity outside [0, 1)."""
     if isinstance(sparsity, str):
         if sparsity != "auto":
             raise InputError(f"sparsity {sparsity!r}: give a number, name=value pairs or 'auto'")
@@ -322,7 +324,7 @@ def _targets(names: list[str], sparsity: Sparsity) -> dict[str, float] | str:
     if isinstance(sparsity, Mapping):
         unknown = sorted(set(sparsity) - set(names))
         if unknown:
-            raise InputError(f"no prunable FC layer named {', '.join(unknown)} (have: {', '.join(names)})")
+            raise InputError(f"no prunable layer named {', '.join(unknown)} (have: {', '.join(names)})")
         targets = {k: float(v) for k, v in sparsity.items()}
     else:
         targets = {name: float(sparsity) for name in names}
@@ -448,7 +450,7 @@ def prune_model(
     already = [l.name for l in layers if 1 - density(l.weight) >= ALREADY_SPARSE]
     prunable = [l.name for l in layers if l.name in {f.name for f in fcs}]
     todo = [name for name in prunable if name not in already]
-    targets = _targets(prunable, sparsity)
+    targets = sparsity_targets(prunable, sparsity)
     if isinstance(targets, dict):
         targets = {k: v for k, v in targets.items() if k not in already}
     if not todo or not targets:
