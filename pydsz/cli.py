@@ -181,6 +181,16 @@ def _print_device(result, quiet: bool) -> None:
         print(f"the assessment ran on the CPU: {result.cpu_reason}")
 
 
+def _peak_memory() -> str:
+    """This process's peak resident memory so far, for the summary of a long command."""
+    try:
+        import resource
+    except ImportError:  # not on every platform
+        return "unknown"
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return f"{kib / 1024:.0f} MiB"
+
+
 def cmd_compress(args) -> None:
     from .container import write_atomic
     from .executor import Local, make as make_executor
@@ -210,7 +220,7 @@ def cmd_compress(args) -> None:
     _print_result(result, args.quiet)
     _print_device(result, args.quiet)
     if not args.quiet:
-        print(f"wrote {args.output} ({len(result.dsz)} bytes)")
+        print(f"wrote {args.output} ({len(result.dsz)} bytes); peak memory {_peak_memory()}")
 
 
 def _prune_sparsity(text: str):
@@ -230,8 +240,8 @@ def cmd_prune(args) -> None:
 
     model = load_tflite(args.model)
     if args.method == "oneshot":
-        val = load_npz(args.data)
-        calibration = load_npz(args.train)[0] if args.train else val[0]
+        val = load_npz(args.data, need_labels=False)  # labels only to report (and for --sparsity auto)
+        calibration = load_npz(args.train, need_labels=False)[0] if args.train else val[0]
         kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
         result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds, auto_budget=args.auto_budget,
                                progress=not args.quiet, num_threads=args.num_threads)
@@ -256,8 +266,9 @@ def cmd_prune(args) -> None:
         if result.seconds:
             print("seconds per layer: " + ", ".join(f"{k}={v:.2f}" for k, v in result.seconds.items()))
             print(f"Hessian memory: {hessian_note(model, result.pruned)}")
-        print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
-        print(f"wrote {args.output}")
+        if result.top1_before is not None:
+            print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
+        print(f"wrote {args.output}; peak memory {_peak_memory()}")
 
 
 def cmd_demo(args) -> None:

@@ -18,6 +18,21 @@ def test_oneshot_prunes_every_layer_without_training_data(tmp_path):
     assert all(abs(1 - density(model.weight(l)) - 0.5) < 0.01 for l in ("conv1", "conv2", "fc1", "fc2"))
 
 
+def test_oneshot_calibrates_on_images_without_labels(tmp_path):
+    x, _ = load_npz(bundled("fmnist_val.npz"))
+    data, out = tmp_path / "x.npz", tmp_path / "pruned.tflite"
+    np.savez(data, x=x[:1000])
+    result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--data", data, "--sparsity", "0.6",
+                 "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "top-1" not in result.stdout and "peak memory" in result.stdout
+    assert abs(1 - density(TFLiteModel.from_file(out).weight("fc1")) - 0.6) < 0.01
+    auto = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--data", data, "--sparsity", "auto",
+               "-o", tmp_path / "auto.tflite")
+    assert_user_error(auto, "labels")
+    assert not (tmp_path / "auto.tflite").exists()
+
+
 def test_oneshot_takes_an_n_m_pattern(tmp_path):
     out = tmp_path / "pruned.tflite"
     result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--data", bundled("fmnist_val.npz"),
