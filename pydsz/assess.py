@@ -124,11 +124,12 @@ class EvaluatorState:
     num_threads: Optional[int]
     use_tail: bool
     device: str
+    compensate: bool
     token: str = field(default_factory=lambda: uuid.uuid4().hex)  # names this state on the workers
 
     def build(self) -> "Evaluator":
         return Evaluator(self.tflite, self.x, self.y, self.layer_names, self.metric, self.num_threads,
-                         self.use_tail, self.device)
+                         self.use_tail, self.device, self.compensate)
 
 
 class Evaluator:
@@ -143,11 +144,15 @@ class Evaluator:
     device "gpu" runs the tail on the GPU (pydsz.gpu.evaluate) for top1 and agreement when it holds
     only ops the GPU path runs; otherwise the tail stays in numpy and `cpu_reason` says why.
     `device` is what runs the tail.
+
+    compensate: the float32 layers' candidates at a bound are GPTQ-compensated (pydsz.oneshot,
+    with the Hessian of each layer's input on x) instead of the weights as they are: `candidate`
+    says what a layer is encoded from, and both assessment and verification measure that.
     """
 
     def __init__(self, tflite_bytes: bytes, x, y, layer_names: Sequence[str],
                  metric: Union[str, metrics.Metric, Callable] = "top1", num_threads: Optional[int] = None,
-                 use_tail: bool = True, device: str = "cpu"):
+                 use_tail: bool = True, device: str = "cpu", compensate: bool = False):
         from pydsz.tail import Tail
 
         self.model = TFLiteModel(tflite_bytes)
@@ -170,6 +175,13 @@ class Evaluator:
         self._baseline: dict[bool, tuple] = {}
         self._decoded: dict[tuple, np.ndarray] = {}
         self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
+        self.compensator = None
+        if compensate:
+            from pydsz.oneshot import Compensator, selectable
+
+            chosen = [layer.name for layer in selectable(self.model, ("fc", "conv")) if layer.name in self.layer_names]
+            self.compensator = Compensator(self.bytes, self.x[0] if len(self.x) == 1 else self.x, chosen,
+                                           num_threads=num_threads)
         self.device, self.cpu_reason, self._gpu = "cpu", None, None
         if device == "gpu":
             self._use_gpu()
@@ -179,7 +191,14 @@ class Evaluator:
     def state(self) -> EvaluatorState:
         """This Evaluator's making, for another process to build the same one."""
         return EvaluatorState(self.bytes, self.x, self.y, self.layer_names, self.metric, self.num_threads,
-                              self.use_tail, self.device)
+                              self.use_tail, self.device, self.compensator is not None)
+
+    def candidate(self, name: str, bound: float) -> np.ndarray:
+        """What layer `name` is encoded from at `bound`: its stored weights, or, with compensation, its
+        compensated float32 weights (on libdsz's grid, zeros kept)."""
+        if self.compensator is not None and bound > 0 and name in self.compensator.layers:
+            return self.compensator.weights(name, bound)
+        return np.asarray(self.model.stored(name))
 
     def weights_at(self, bounds: Mapping[str, float]) -> dict:
         """{layer: its weights as decoded at its bound} for the layers of non-zero bound; each
@@ -188,7 +207,7 @@ class Evaluator:
         for name, bound in bounds.items():
             if bound > 0:
                 if (name, bound) not in self._decoded:
-                    self._decoded[name, bound] = encode_weight(self.model.stored(name), bound)[0]
+                    self._decoded[name, bound] = encode_weight(self.candidate(name, bound), bound)[0]
                 out[name] = self._decoded[name, bound]
         return out
 
@@ -303,7 +322,8 @@ def assess_layer(
     pattern = codec.sparse_index(_matrix(weight))
 
     def measure(bound: float) -> Point:
-        decoded, size, data, index = encode_weight(weight, bound, pattern)
+        decoded, size, data, index = encode_weight(evaluator.candidate(name, bound) if bound else weight, bound,
+                                                   pattern)
         m = evaluator.measure({} if bound == 0 else {name: decoded})
         point = Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
         if on_point:

@@ -206,7 +206,8 @@ def cmd_compress(args) -> None:
             print(f"evaluating on {executor.description}", flush=True)
         result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
                           target_ratio=args.target_ratio, layers=args.layers, margin=args.margin,
-                          progress=not args.quiet, num_threads=args.num_threads, device=device, executor=executor)
+                          progress=not args.quiet, num_threads=args.num_threads, device=device, executor=executor,
+                          compensate=args.compensate)
     finally:
         executor.close()
     write_atomic(args.output, result.dsz)
@@ -410,6 +411,10 @@ def _add_pipeline_commands(sub) -> None:
     p.add_argument("--margin", type=float, default=1.0,
                    help="standard deviations of the data's noise kept in hand when choosing bounds "
                    "(default 1; 0 trusts the measured losses as they are and overfits the data)")
+    p.add_argument("--compensate", action="store_true",
+                   help="encode GPTQ-compensated float32 weights: each value's quantization error is pushed into the "
+                   "weights not yet quantized through the inverse Hessian of the layer's inputs on --data, so the "
+                   "outputs move less at the same bound (opt-in; bench/compensate.py measures it)")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, default=None,

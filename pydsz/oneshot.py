@@ -269,7 +269,8 @@ class OneShotResult:
 
 def selectable(model: TFLiteModel, kinds: Sequence[str]) -> list[Layer]:
     """The layers of `kinds` whose float32 weights one layer alone reads, in execution order."""
-    return [layer for layer in model.layers(kinds) if layer.compressible and not layer.shared_with]
+    return [layer for layer in model.layers(kinds)
+            if layer.compressible and layer.stored_dtype == "FLOAT32" and not layer.shared_with]
 
 
 def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapping[str, float]] = 0.5, *,

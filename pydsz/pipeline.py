@@ -70,6 +70,7 @@ class Result:
     evaluation_seconds: float = 0.0
     metric_reason: str = ""  # why this metric, when it was chosen by default
     warnings: list[str] = field(default_factory=list)
+    compensated: list[str] = field(default_factory=list)  # layers encoded from compensated weights
 
     @property
     def fc_original_bytes(self) -> int:
@@ -193,6 +194,7 @@ def compress(
     num_threads: Optional[int] = None,
     device: str = "cpu",
     executor=None,
+    compensate: bool = False,
 ) -> Result:
     """The smallest .dsz of a model whose loss in `metric` on (x, y) is at most `max_loss`.
 
@@ -209,7 +211,9 @@ def compress(
     bounds then lose more on unseen data). The final measured loss is within the budget either way.
     device: "cpu" or "gpu" (pydsz.gpu.device.resolve), where the assessment runs the FC tail.
     executor: where the assessment's and verification's evaluations run (pydsz.executor: Local, the
-    default, or Dask); the results are the same.
+    default, or Dask); the results are the same. compensate: encode GPTQ-compensated float32 weights
+    (pydsz.oneshot.Compensator, the Hessians taken on x): each bound's errors are pushed into the
+    weights not yet quantized, so the outputs move less; the bound holds on the stored values.
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
@@ -223,7 +227,8 @@ def compress(
     metric.budget(max_loss)  # checks the value before anything runs
     chosen = compressible_layers(model, layers)
     names = [l.name for l in chosen]
-    evaluator = Evaluator(data, x, y, names, metric=metric, num_threads=num_threads, device=device)
+    evaluator = Evaluator(data, x, y, names, metric=metric, num_threads=num_threads, device=device,
+                          compensate=compensate)
     n = evaluator.samples
     warnings = resolution_warnings(metric, max_loss, n, margin)
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
@@ -253,7 +258,8 @@ def compress(
             bounds, tried = _tighten(executor, table, bounds, allowed - slack, m.risk(margin), margin)
             trials += tried
             continue
-        dsz = container.pack_model(data, container.stored_bounds(model, bounds), layers=layers)
+        dsz = container.pack_model(_encoded_model(evaluator, bounds), container.stored_bounds(model, bounds),
+                                   layers=layers)
         attempt["measured_loss"] = measured = evaluator.measure_model(container.load(dsz).tflite_bytes()).loss
         if measured <= allowed or max_size is not None or lossless:
             break
@@ -267,8 +273,8 @@ def compress(
         fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
         evaluations=(sum(len(points) for points in table.values()) + trials + len(attempts)
                      + sum("measured_loss" in a for a in attempts)),
-        evaluation_seconds=seconds, metric_reason=reason,
-        warnings=warnings,
+        evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
+        compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
     )
 
 
@@ -287,6 +293,14 @@ def _predicted(table: dict, bounds: dict, margin: float) -> float:
         points = table[name]
         total += max(0.0, expected_losses(points, margin)[points.index(_point(table, name, bound))])
     return total
+
+
+def _encoded_model(evaluator: Evaluator, bounds: dict) -> bytes:
+    """The model whose weights pack_model encodes: as given, or with the compensated candidates."""
+    if evaluator.compensator is None:
+        return evaluator.bytes
+    return evaluator.model.replace({name: evaluator.candidate(name, bound) for name, bound in bounds.items()
+                                    if bound > 0 and name in evaluator.compensator.layers})
 
 
 def trial_risk(evaluator: Evaluator, bounds: dict, margin: float) -> float:

@@ -36,7 +36,7 @@ def to_dict(result: Result, extra: Optional[dict] = None) -> dict:
             "file_ratio": result.file_ratio, "measured_loss": result.loss, "max_loss": result.max_loss,
             "samples": result.samples, "fast_evaluation": result.fast_evaluation, "device": result.device,
             "cpu_reason": result.cpu_reason, "evaluations": result.evaluations,
-            "evaluations_per_second": result.evaluations_per_second,
+            "evaluations_per_second": result.evaluations_per_second, "compensated": result.compensated,
         },
         "warnings": result.warnings,
         "verification": result.attempts,

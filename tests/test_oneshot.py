@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pydsz import codec, oneshot, runtime
-from pydsz.data import load_npz
+from pydsz.data import bundled, load_npz
 from pydsz.errors import InputError
 from pydsz.model import Layer, TFLiteModel
 from pydsz.prune import density, magnitude_mask
@@ -248,3 +248,22 @@ def test_oneshot_prunes_without_labels(lenet300, calibration):
     result = oneshot.prune_model(lenet300, calibration, (calibration, None), 0.5)
     assert result.pruned == ["fc1", "fc2", "fc3"]
     assert result.top1_before is None and result.top1_after is None
+
+
+def test_compress_with_compensation_keeps_the_budget_and_the_bound_on_what_it_stores():
+    from pydsz import container, pipeline
+    from pydsz.oneshot import Compensator
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    x, y = x[:1000], y[:1000]
+    data = bundled("lenet300.tflite").read_bytes()
+    result = pipeline.compress(data, x, y, 0.003, metric="top1", compensate=True)
+    assert result.compensated == ["fc1", "fc2", "fc3"] and result.loss <= 0.003
+    decoded, original = container.load(result.dsz).weights(), TFLiteModel(data)
+    compensator = Compensator(data, x, result.compensated)
+    moved = False
+    for layer in (l for l in result.layers if l.bound > 0):
+        stored = compensator.weights(layer.name, layer.bound)
+        assert np.max(np.abs(decoded[layer.name] - stored)) <= layer.bound  # the promise is on what is stored
+        moved |= bool(np.max(np.abs(decoded[layer.name] - original.weight(layer.name))) > layer.bound)
+    assert moved, "compensation moved no weight beyond the bound of its original value"
