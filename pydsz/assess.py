@@ -175,6 +175,7 @@ class Evaluator:
         self._baseline: dict[bool, tuple] = {}
         self._decoded: dict[tuple, np.ndarray] = {}
         self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
+        self.patterns: dict[tuple, tuple] = {}  # (layer, weight's id) -> (weight, its codec.sparse_index)
         self.compensator = None
         if compensate:
             from pydsz.oneshot import Compensator, selectable
@@ -304,6 +305,96 @@ def compressible_layers(model: TFLiteModel, layers: str = "fc") -> list:
     return unique
 
 
+class Ladder:
+    """The bounds one layer is measured at, decided as the measurements come in.
+
+    Bound 0, then a geometric ladder (factor 2 from FIRST_BOUND; int8/uint8: STEP_LADDER steps)
+    climbing until the loss exceeds `stop` or every value would be reconstructed as zero, then every
+    ladder step where the loss leaves zero while still within the budget split into REFINE_STEPS.
+    `next()` may hand out a ladder bound before the ones below it are measured (so that parallel
+    executors have work); `points()` is what measuring one bound after the other gives, whatever
+    else was measured and in whichever order the results came.
+    """
+
+    def __init__(self, name: str, weight: np.ndarray, budget: float, discrete: bool):
+        self.name, self.budget = name, budget
+        # clearly beyond the budget, with margin for noise (a point may overshoot and the next fall back)
+        self.stop = max(2 * budget, budget + 10) if discrete else 2 * budget
+        self.integer = weight.dtype.kind in "iu"
+        if self.integer:
+            self.ladder = [float(steps) for steps in STEP_LADDER]
+        else:
+            top = 2 * float(np.max(np.abs(weight))) if weight.size else FIRST_BOUND
+            self.ladder = [FIRST_BOUND]
+            while self.ladder[-1] < top:
+                self.ladder.append(self.ladder[-1] * 2)
+        self.measured: dict[float, Point] = {}
+        self.issued: set[float] = set()
+
+    def _climbed(self) -> tuple[list, bool]:
+        """The ladder's points as far as they are known and count; whether the climb is settled."""
+        kept = []
+        for bound in self.ladder:
+            point = self.measured.get(bound)
+            if point is None:
+                return kept, False
+            kept.append(point)
+            if point.loss > self.stop:
+                break
+        return kept, True
+
+    def _refinements(self, climbed: list) -> list:
+        if self.integer:
+            return []
+        return [lo.bound * 2 ** (k / REFINE_STEPS) for lo, hi in zip(climbed, climbed[1:])
+                if hi.loss > 0 and lo.loss <= self.budget for k in range(1, REFINE_STEPS)]
+
+    def next(self) -> Optional[float]:
+        """A bound to measure now, or None: all handed out, or waiting for results to decide."""
+        wanted = [0.0]
+        for bound in self.ladder:
+            wanted.append(bound)
+            point = self.measured.get(bound)
+            if point is not None and point.loss > self.stop:
+                break
+        climbed, settled = self._climbed()
+        if settled:
+            wanted += self._refinements(climbed)
+        return next((bound for bound in wanted if bound not in self.issued), None)
+
+    def issue(self, bound: float) -> None:
+        self.issued.add(bound)
+
+    def add(self, point: Point) -> None:
+        self.measured[point.bound] = point
+
+    @property
+    def done(self) -> bool:
+        climbed, settled = self._climbed()
+        return settled and 0.0 in self.measured and all(b in self.measured for b in self._refinements(climbed))
+
+    def points(self) -> list[Point]:
+        """The measured points, sorted by bound, bound 0 first (once done)."""
+        climbed, _ = self._climbed()
+        refined = [self.measured[b] for b in self._refinements(climbed)]
+        return sorted([self.measured[0.0]] + climbed + refined, key=lambda p: p.bound)
+
+
+def measure_point(evaluator: Evaluator, name: str, bound: float, weight: Optional[np.ndarray] = None) -> Point:
+    """Layer `name` alone compressed at `bound` (an executor's task). weight: what bound 0 keeps
+    (default: the layer's stored weights); a bound > 0 encodes evaluator.candidate(name, bound)."""
+    # the index section depends on where the non-zeros are, not on the bound: chosen once per weight
+    # (the weight is kept with it, so that its id is not reused while cached)
+    key = (name, None if weight is None else id(weight))
+    if key not in evaluator.patterns:
+        w = np.asarray(evaluator.model.stored(name)) if weight is None else weight
+        evaluator.patterns[key] = w, codec.sparse_index(_matrix(w))
+    weight, pattern = evaluator.patterns[key]
+    decoded, size, data, index = encode_weight(evaluator.candidate(name, bound) if bound else weight, bound, pattern)
+    m = evaluator.measure({} if bound == 0 else {name: decoded})
+    return Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
+
+
 def assess_layer(
     evaluator: Evaluator,
     name: str,
@@ -311,67 +402,52 @@ def assess_layer(
     budget: float,
     on_point: Optional[Callable[[Point], None]] = None,
 ) -> list[Point]:
-    """Measure one layer alone over an adaptive range of bounds; sorted by bound, bound 0 first.
-
-    `budget` is the allowed loss summed over the samples (for top-1: samples). The ladder stops
-    once the loss exceeds twice the budget (for a discrete metric at least budget + 10 samples):
-    clearly beyond, with margin for noise (a single point may overshoot and the next fall back).
-    """
-    stop = max(2 * budget, budget + 10) if evaluator.metric.discrete else 2 * budget
-    # the index section depends on where the non-zeros are, not on the bound: chosen once
-    pattern = codec.sparse_index(_matrix(weight))
-
-    def measure(bound: float) -> Point:
-        decoded, size, data, index = encode_weight(evaluator.candidate(name, bound) if bound else weight, bound,
-                                                   pattern)
-        m = evaluator.measure({} if bound == 0 else {name: decoded})
-        point = Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
+    """Measure one layer alone over its Ladder of bounds, here, one bound after the other; sorted by
+    bound, bound 0 first. `budget` is the allowed loss summed over the samples (for top-1: samples)."""
+    ladder = Ladder(name, weight, budget, evaluator.metric.discrete)
+    while (bound := ladder.next()) is not None:
+        ladder.issue(bound)
+        ladder.add(measure_point(evaluator, name, bound, weight))
         if on_point:
-            on_point(point)
-        return point
-
-    points = [measure(0.0)]
-    if weight.dtype.kind in "iu":  # int8/uint8 weights: bounds in whole quantization steps
-        for steps in STEP_LADDER:
-            points.append(measure(float(steps)))
-            if points[-1].loss > stop:
-                break
-        return points
-    top = 2 * float(np.max(np.abs(weight))) if weight.size else FIRST_BOUND
-    bound = FIRST_BOUND
-    while True:
-        points.append(measure(bound))
-        if points[-1].loss > stop or bound >= top:
-            break
-        bound *= 2
-    coarse = points[1:]
-    for lo, hi in zip(coarse, coarse[1:]):
-        # refine where the loss leaves zero and while it is still within reach of the budget
-        if hi.loss > 0 and lo.loss <= budget:
-            for k in range(1, REFINE_STEPS):
-                points.append(measure(lo.bound * 2 ** (k / REFINE_STEPS)))
-    return sorted(points, key=lambda p: p.bound)
-
-
-def assess_one(evaluator: Evaluator, name: str, budget: float) -> list[Point]:
-    """assess_layer for one of the evaluator's model's layers (an executor's task)."""
-    return assess_layer(evaluator, name, np.asarray(evaluator.model.stored(name)), budget)
+            on_point(ladder.measured[bound])
+    return ladder.points()
 
 
 def assess(evaluator: Evaluator, layer_names: Sequence[str], budget: float, progress: bool = False,
-           executor=None) -> dict[str, list[Point]]:
-    """assess_layer for every named layer, on `executor` (pydsz.executor; default: this process),
-    with a progress bar."""
+           executor=None, on_point: Optional[Callable[[Point], None]] = None) -> dict[str, list[Point]]:
+    """Every named layer over its Ladder of bounds, each (layer, bound) an evaluation on `executor`
+    (pydsz.executor; default: this process), with a progress bar. The points are the same on any
+    executor; a parallel one measures some bounds early, a few of which are then not needed.
+    on_point sees every measured point, as it comes."""
     from tqdm import tqdm
 
     from pydsz.executor import Local
 
     executor = executor or Local()
     executor.start(evaluator)
-    with tqdm(total=len(layer_names), desc="assess", unit="layer", disable=not progress, leave=False) as bar:
-        def done(points):
-            bar.set_postfix_str(f"{points[0].layer}: {len(points)} evaluations")
-            bar.update()
+    ladders = {name: Ladder(name, np.asarray(evaluator.model.stored(name)), budget, evaluator.metric.discrete)
+               for name in layer_names}
+    with tqdm(total=len(ladders), desc="assess", unit="layer", disable=not progress, leave=False) as bar:
+        def task():
+            # layer by layer, so that a worker keeps evaluating the layer whose inputs it has cached
+            for ladder in ladders.values():
+                bound = ladder.next()
+                if bound is not None:
+                    ladder.issue(bound)
+                    return ladder.name, bound
+            return None
 
-        results = executor.map(assess_one, [(name, budget) for name in layer_names], on_result=done)
-    return dict(zip(layer_names, results))
+        def done(args, point):
+            ladder = ladders[args[0]]
+            ladder.add(point)
+            if on_point:
+                on_point(point)
+            if ladder.done:
+                bar.set_postfix_str(f"{ladder.name}: {len(ladder.measured)} evaluations")
+                bar.update()
+
+        executor.stream(measure_point, task, done)
+    unfinished = [name for name, ladder in ladders.items() if not ladder.done]
+    if unfinished:  # the executor stopped early: nothing to decide on
+        raise RuntimeError(f"the assessment of {', '.join(unfinished)} did not finish")
+    return {name: ladder.points() for name, ladder in ladders.items()}

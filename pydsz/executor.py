@@ -1,7 +1,9 @@
 """Where the assessment's evaluations run: in this process, or spread over a Dask cluster.
 
-An executor runs tasks, each a module-level function of an Evaluator and some arguments, and
-returns their results in the order given. `Local` runs them here, one after the other: the
+An executor runs tasks, each a module-level function of an Evaluator and some arguments: a list of
+them (`map`, results in the order given), or a stream of them handed out by a plan as earlier ones
+finish (`stream`: the assessment's (layer, bound) evaluations, whose later bounds depend on earlier
+losses). `Local` runs them here, one after the other: the
 reference. `Dask` sends the Evaluator's state (the model's bytes, the data, the metric) to every
 worker once; each worker builds its Evaluator from it once and keeps it for every later task, so
 a task carries only its arguments (a layer's name, a set of bounds). Every task is deterministic
@@ -39,6 +41,12 @@ class Local:
             if on_result:
                 on_result(results[-1])
         return results
+
+    def stream(self, task: Callable, plan: Callable, on_result: Callable) -> None:
+        """Run task(evaluator, *args) for every args that plan() hands out, until it hands out None;
+        on_result(args, result) as each finishes (after which plan may have more)."""
+        while (args := plan()) is not None:
+            on_result(args, task(self.evaluator, *args))
 
     def close(self) -> None:
         pass
@@ -99,6 +107,30 @@ class Dask:
                 if on_result:
                     on_result(future.result())
             return self.client.gather(futures)
+        except DszError:
+            raise
+        except Exception as exc:  # a worker killed more often than Dask retries, a lost scheduler
+            raise DszError(f"the Dask cluster failed to run the assessment: {type(exc).__name__}: {exc}") from None
+
+    def stream(self, task: Callable, plan: Callable, on_result: Callable) -> None:
+        """Local.stream's contract, with as many tasks running as the cluster has worker threads:
+        whenever one finishes, plan() is asked for more."""
+        from distributed import as_completed
+
+        slots = max(1, sum(self.client.nthreads().values()))
+        running, finished = {}, as_completed()
+
+        def fill():
+            while len(running) < slots and (args := plan()) is not None:
+                future = self.client.submit(_on_worker, task, self.state, *args, pure=False)
+                running[future] = args
+                finished.add(future)
+
+        try:
+            fill()
+            for future in finished:
+                on_result(running.pop(future), future.result())  # a task's own error is raised here
+                fill()
         except DszError:
             raise
         except Exception as exc:  # a worker killed more often than Dask retries, a lost scheduler

@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pydsz import container
-from pydsz.assess import Evaluator, Measure, assess_layer, compressible_layers, encode_weight
+from pydsz.assess import Evaluator, Ladder, Measure, Point, assess_layer, compressible_layers, encode_weight
 from pydsz.data import bundled, load_npz
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
@@ -110,3 +112,47 @@ def test_gpu_evaluator_agrees_with_the_numpy_tail(name, val):
         assert abs(a.loss - b.loss) <= 2, (a, b)
     with pytest.raises(InputError, match="cpu or gpu"):
         Evaluator(data, *val, names, device="auto")
+
+
+def _losses(onset: float, slope: float, seed: int):
+    """A loss curve: zero below `onset`, then growing with the bound, with a deterministic jitter
+    that can make a point overshoot and the next fall back."""
+    def loss(bound: float) -> float:
+        if bound < onset:
+            return 0.0
+        jitter = np.random.default_rng([seed, int(np.float64(bound).view(np.int64))]).normal(0, 2)
+        return max(0.0, slope * bound / onset + jitter)
+    return loss
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_ladder_points_do_not_depend_on_speculation_or_the_order_results_come_in(data):
+    integer = data.draw(st.booleans())
+    weight = np.array([90, -40], np.int8) if integer else np.array([0.3, -0.2], np.float32)
+    budget = data.draw(st.floats(0.5, 30))
+    discrete = data.draw(st.booleans())
+    loss = _losses(data.draw(st.sampled_from([1.0, 3.0, 2e-4, 3e-3, 0.05])), data.draw(st.floats(0.5, 20)),
+                   data.draw(st.integers(0, 1000)))
+    point = lambda bound: Point("w", bound, 0, 0, 0, loss(bound))  # noqa: E731
+
+    one_by_one = Ladder("w", weight, budget, discrete)
+    while (bound := one_by_one.next()) is not None:
+        one_by_one.issue(bound)
+        one_by_one.add(point(bound))
+    assert one_by_one.done
+
+    parallel, running = Ladder("w", weight, budget, discrete), []
+    slots = data.draw(st.integers(1, 8))
+    while True:
+        bound = parallel.next() if len(running) < slots else None
+        if bound is not None:
+            parallel.issue(bound)
+            running.append(bound)
+        elif running:  # a result comes back, any of those running
+            parallel.add(point(running.pop(data.draw(st.integers(0, len(running) - 1)))))
+        else:
+            break
+    assert parallel.done
+    assert parallel.points() == one_by_one.points()
+    assert set(one_by_one.measured) <= set(parallel.measured)
