@@ -1,17 +1,19 @@
 """The assessment in process and on local Dask clusters of 1 and 2 workers, in one run, and from
 those measurements a projection for larger clusters.
 
-Model: by default the bundled multitask.tflite (two inputs, three outputs, seven conv and FC layers)
-judged by output-error at 1% on 1,000 Fashion-MNIST validation images, every layer assessed; any
-.tflite and .npz can be given. Measured: the assessment's wall time in process and with 1 and 2 worker
-processes (the results must be identical; speed-ups are against 1 worker, whose numpy runs
-single-threaded as Dask's workers do), each layer's assessment time on the 1-worker cluster, and the
-per-task overhead of the cluster (round trips of tasks that do no work). Projected, and said so: the
-time with 8, 32 and 128 workers, scheduling the measured per-layer times longest first on that many
-workers plus the overhead per task. The assessment is split by layer, so the largest layer bounds
-what any number of workers can reach.
+Model: any .tflite and .npz (default: the AlexNet-shaped model of bench/make_large_models.py, pruned
+as the paper prunes AlexNet, top-1 at 0.3 points on 1,000 Fashion-MNIST validation images; or the
+bundled multitask.tflite with --model multitask). The assessment's tasks are (layer, bound)
+evaluations handed out as results come in (pydsz.assess.Ladder), one running per worker thread.
+Measured: the assessment's wall time in process and with 1 and 2 worker processes (the points must be
+identical; speed-ups are against 1 worker, whose numpy runs single-threaded as Dask's workers do),
+every evaluation's time on the 1-worker cluster, the evaluations each run made (a parallel run
+measures a few bounds early that turn out not to be needed), and the cluster's per-task overhead
+(round trips of tasks that do no work). Projected, and said so: the time with 8, 32 and 128
+workers, by running the same assessment code on a simulated cluster whose tasks take the measured
+times plus the overhead.
 
-Usage: python3 bench/cluster.py [--model M.tflite --data D.npz --metric NAME --max-loss X]
+Usage: python3 bench/cluster.py [--model M.tflite|multitask --data D.npz --metric NAME --max-loss X]
 """
 import argparse
 import heapq
@@ -27,13 +29,13 @@ import numpy as np  # noqa: E402
 
 from machine import machine_info  # noqa: E402
 from pydsz import executor, metrics  # noqa: E402
-from pydsz.assess import Evaluator, assess, assess_one, compressible_layers  # noqa: E402
+from pydsz.assess import Evaluator, Point, assess, compressible_layers  # noqa: E402
 from pydsz.data import bundled, load_data, load_npz  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
 from pydsz.pipeline import allowed_loss  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
-PROJECTED = (8, 32, 128)
+PROJECTED = (2, 8, 32, 128)
 
 
 def noop(evaluator, i):
@@ -48,15 +50,47 @@ def overhead(cluster, tasks: int = 200) -> float:
     return (time.perf_counter() - start) / tasks
 
 
-def makespan(times: list, workers: int, per_task: float) -> float:
-    """Longest-first scheduling of the layer tasks on `workers` workers."""
-    loads = [0.0] * workers
-    for t in sorted(times, reverse=True):
-        heapq.heapreplace(loads, loads[0] + t + per_task)
-    return max(loads)
+class Simulated:
+    """An executor whose tasks take the measured seconds (plus the per-task overhead) on `slots`
+    workers, and return the measured points: assess() runs on it unchanged, so the projection
+    schedules exactly what a real cluster would be handed. A bound the measured run never needed
+    (one a parallel run measures early and drops) takes its layer's mean time."""
+
+    def __init__(self, slots: int, points: dict, seconds: dict, per_task: float):
+        self.slots, self.points, self.seconds, self.per_task = slots, points, seconds, per_task
+        self.clock = 0.0
+        self.tasks = 0
+
+    def start(self, evaluator) -> None:
+        pass
+
+    def _time(self, name, bound) -> float:
+        if (name, bound) in self.seconds:
+            return self.seconds[name, bound]
+        return float(np.mean([s for (n, _), s in self.seconds.items() if n == name]))
+
+    def stream(self, task, plan, on_result) -> None:
+        running = []
+        while True:
+            while len(running) < self.slots and (args := plan()) is not None:
+                heapq.heappush(running, (self.clock + self._time(*args) + self.per_task, self.tasks, args))
+                self.tasks += 1
+            if not running:
+                return
+            self.clock, _, args = heapq.heappop(running)
+            on_result(args, self.points.get(args, Point(args[0], args[1], 0, 0, 0, float("inf"))))
 
 
-def default_data():
+def default_model():
+    """The pruned AlexNet-shaped model and 1,000 validation images (bench/make_large_models.py)."""
+    import make_large_models
+
+    path = make_large_models.pruned_path("alexnet")
+    x, y = make_large_models.validation("alexnet", 1000)
+    return path, x, y
+
+
+def multitask_data():
     x, _ = load_npz(bundled("fmnist_val.npz"))
     x = x[:1000]
     flat = x.reshape(len(x), -1).astype(np.float32)
@@ -66,25 +100,37 @@ def default_data():
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(bundled("multitask.tflite")))
-    parser.add_argument("--data", default=None, help=".npz (default: 1,000 validation images for multitask)")
-    parser.add_argument("--metric", default="output-error")
-    parser.add_argument("--max-loss", type=float, default=0.01)
+    parser.add_argument("--model", default=None, help=".tflite, or multitask (default: the pruned AlexNet-shaped model)")
+    parser.add_argument("--data", default=None, help=".npz (default: 1,000 validation images)")
+    parser.add_argument("--metric", default=None, help="default: top1 for the AlexNet-shaped model, output-error for multitask")
+    parser.add_argument("--max-loss", type=float, default=None, help="default: 0.003 (top1) or 0.01 (output-error)")
     parser.add_argument("--layers", default="all")
     parser.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "cluster.json"))
     args = parser.parse_args()
-    model = open(args.model, "rb").read()
+    if args.model is None:
+        path, x, y = default_model()
+        metric = metrics.get(args.metric or "top1")
+    else:
+        path = str(bundled("multitask.tflite")) if args.model == "multitask" else args.model
+        metric = metrics.get(args.metric or "output-error")
+    model = open(path, "rb").read()
     parsed = TFLiteModel(model)
-    x, y = (default_data(), None) if args.data is None else load_data(args.data, parsed)
-    metric = metrics.get(args.metric)
+    if args.data is not None:
+        x, y = load_data(args.data, parsed)
+    elif args.model == "multitask":
+        x, y = multitask_data(), None
+    elif args.model is not None:
+        parser.error("--data is needed with --model")
+    max_loss = args.max_loss if args.max_loss is not None else metric.default_max_loss
     names = [layer.name for layer in compressible_layers(parsed, args.layers)]
     evaluator = Evaluator(model, x, y, names, metric=metric)
-    budget = allowed_loss(metric, args.max_loss, evaluator.samples)
+    budget = allowed_loss(metric, max_loss, evaluator.samples)
 
     start = time.perf_counter()
     reference = assess(evaluator, names, budget)
-    rows = [{"executor": "in process", "workers": 0, "seconds": time.perf_counter() - start, "identical": True}]
-    per_task, per_layer = None, {}
+    rows = [{"executor": "in process", "workers": 0, "seconds": time.perf_counter() - start, "identical": True,
+             "evaluations": sum(len(p) for p in reference.values())}]
+    per_task, seconds, points = None, {}, {}
     for workers in (1, 2):
         cluster = executor.Dask(workers=workers)
         try:
@@ -92,48 +138,57 @@ def main() -> int:
             cluster.start(evaluator)
             cluster.map(noop, [(i,) for i in range(workers * 4)])  # every worker has built its evaluator
             ready = time.perf_counter() - start_up
-            start = time.perf_counter()
-            if workers == 1:  # one task at a time: the gaps between results are the layers' times
-                last = [start]
+            measured = []
+            last = [time.perf_counter()]
 
-                def record(points):
-                    now = time.perf_counter()
-                    per_layer[points[0].layer] = now - last[0]
-                    last[0] = now
-                table = dict(zip(names, cluster.map(assess_one, [(name, budget) for name in names], on_result=record)))
-            else:
-                table = assess(evaluator, names, budget, executor=cluster)
-            seconds = time.perf_counter() - start
+            def record(point):
+                # one worker runs one task at a time: the gaps between results are the tasks' times
+                now = time.perf_counter()
+                measured.append(point)
+                if workers == 1:
+                    seconds[point.layer, point.bound] = now - last[0]
+                    points[point.layer, point.bound] = point
+                last[0] = now
+            start = time.perf_counter()
+            table = assess(evaluator, names, budget, executor=cluster, on_point=record)
+            wall = time.perf_counter() - start
             if workers == 2:
                 per_task = overhead(cluster)
         finally:
             cluster.close()
-        rows.append({"executor": f"Dask, {workers} worker(s)", "workers": workers, "seconds": seconds,
-                     "start_seconds": ready, "identical": table == reference})
+        rows.append({"executor": f"Dask, {workers} worker(s)", "workers": workers, "seconds": wall,
+                     "start_seconds": ready, "identical": table == reference, "evaluations": len(measured)})
     serial = rows[1]["seconds"]  # 1 worker
     for r in rows:
         r["speedup"] = serial / r["seconds"]
-    projection = [{"workers": w, "seconds": makespan(list(per_layer.values()), w, per_task)} for w in PROJECTED]
+    projection = []
+    for w in PROJECTED:
+        simulated = Simulated(w, points, seconds, per_task)
+        same = assess(evaluator, names, budget, executor=simulated) == reference
+        projection.append({"workers": w, "seconds": simulated.clock, "evaluations": simulated.tasks, "identical": same})
 
-    print(f"{os.path.basename(args.model)}: {len(names)} layers, {evaluator.samples} samples, metric {metric.name} "
-          f"at {args.max_loss:g}; {sum(len(p) for p in reference.values())} evaluations")
-    print(format_table(["executor", "assessment s", "vs 1 worker", "start-up s", "same points"],
+    print(f"{os.path.basename(path)}: {len(names)} layers, {evaluator.samples} samples, metric {metric.name} "
+          f"at {max_loss:g}; {rows[0]['evaluations']} evaluations")
+    print(format_table(["executor", "assessment s", "vs 1 worker", "start-up s", "evaluations", "same points"],
                        [[r["executor"], f"{r['seconds']:.1f}", f"{r['speedup']:.2f}x",
-                         f"{r.get('start_seconds', 0):.1f}", "yes" if r["identical"] else "NO"] for r in rows]))
-    print(f"per-task overhead of the 2-worker cluster: {1000 * per_task:.1f} ms; per-layer seconds (1 worker): "
+                         f"{r.get('start_seconds', 0):.1f}", r["evaluations"], "yes" if r["identical"] else "NO"]
+                        for r in rows]))
+    per_layer = {name: sum(s for (n, _), s in seconds.items() if n == name) for name in names}
+    print(f"per-task overhead of the 2-worker cluster: {1000 * per_task:.1f} ms; seconds per layer (1 worker): "
           + ", ".join(f"{k} {v:.1f}" for k, v in per_layer.items()))
-    print("PROJECTION (not measured): longest-first scheduling of the measured per-layer times plus the "
-          "per-task overhead")
-    print(format_table(["workers", "assessment s", "vs 1 worker"],
-                       [[p["workers"], f"{p['seconds']:.1f}", f"{serial / p['seconds']:.2f}x"] for p in projection]))
+    print("PROJECTION (not measured): the same assessment on a simulated cluster whose tasks take the times "
+          "measured on 1 worker plus the per-task overhead")
+    print(format_table(["workers", "assessment s", "vs 1 worker", "evaluations"],
+                       [[p["workers"], f"{p['seconds']:.1f}", f"{serial / p['seconds']:.2f}x", p["evaluations"]]
+                        for p in projection]))
     target = next(r for r in rows if r["workers"] == 2)["speedup"]
     print(f"{'MET' if target >= 1.7 else 'NOT MET'}  2 workers at least 1.7x 1 worker: {target:.2f}x")
     with open(args.json, "w") as f:
-        json.dump({"model": os.path.basename(args.model), "layers": names, "samples": evaluator.samples,
-                   "metric": metric.name, "max_loss": args.max_loss, "machine": machine_info(), "runs": rows,
+        json.dump({"model": os.path.basename(path), "layers": names, "samples": evaluator.samples,
+                   "metric": metric.name, "max_loss": max_loss, "machine": machine_info(), "runs": rows,
                    "per_layer_seconds": per_layer, "per_task_overhead_s": per_task, "projection": projection},
                   f, indent=1)
-    return 0 if all(r["identical"] for r in rows) else 1
+    return 0 if all(r["identical"] for r in rows) and all(p["identical"] for p in projection) else 1
 
 
 if __name__ == "__main__":
