@@ -200,7 +200,7 @@ def cmd_compress(args) -> None:
     device = _device(args)
     model = load_tflite(args.model)
     x, y = _data(args, model)
-    executor = make_executor(args.cluster, args.workers)
+    executor = make_executor(args.cluster, args.workers, device)
     try:
         if not args.quiet and not isinstance(executor, Local):
             print(f"evaluating on {executor.description}", flush=True)
@@ -419,7 +419,8 @@ def _add_pipeline_commands(sub) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, default=None,
                        help="spread the evaluations over a local Dask cluster of this many processes "
-                       "(pip install pydsz[distributed]); the result is the same")
+                       "(pip install pydsz[distributed]; with --device gpu one per GPU, where dask-cuda is "
+                       "installed); the result is the same")
     where.add_argument("--cluster", metavar="ADDRESS", default=None,
                        help="spread the evaluations over the Dask cluster whose scheduler is at ADDRESS "
                        "(tcp://host:8786; see doc/distributed.md)")

@@ -56,7 +56,7 @@ class Dask:
     """Tasks run on a Dask cluster: a running scheduler at `address`, or a local cluster of
     `workers` processes (one thread each) started here and stopped by close()."""
 
-    def __init__(self, address: Optional[str] = None, workers: Optional[int] = None):
+    def __init__(self, address: Optional[str] = None, workers: Optional[int] = None, gpu: bool = False):
         if (address is None) == (workers is None):
             raise InputError("give a Dask scheduler's address or a number of local workers, not both or neither")
         try:
@@ -68,10 +68,8 @@ class Dask:
             if address is None:
                 if workers < 1:
                     raise InputError(f"--workers {workers}: give at least 1")
-                self.cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                        dashboard_address=None)
+                self.cluster, self.description = _local_cluster(distributed, workers, gpu)
                 self.client = distributed.Client(self.cluster)
-                self.description = f"a local Dask cluster of {workers} worker process(es)"
             else:
                 self.client = distributed.Client(address, timeout=CONNECT_TIMEOUT)
                 self.description = f"the Dask cluster at {address}"
@@ -142,6 +140,23 @@ class Dask:
             self.cluster.close()
 
 
+def _local_cluster(distributed, workers: int, gpu: bool) -> tuple:
+    """A local cluster of `workers` processes and what to call it. For GPU evaluation, dask-cuda's
+    LocalCUDACluster where it is installed: each worker sees one GPU of its own (CUDA_VISIBLE_DEVICES)."""
+    if gpu:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            note = " sharing the GPU (dask-cuda, not installed, would give each worker a GPU of its own)"
+        else:
+            return (LocalCUDACluster(n_workers=workers, threads_per_worker=1, dashboard_address=None),
+                    f"a local Dask-CUDA cluster of {workers} worker(s), one per GPU")
+    else:
+        note = ""
+    return (distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None),
+            f"a local Dask cluster of {workers} worker process(es){note}")
+
+
 def _on_worker(task: Callable, state, *args):
     """Run task on this worker's Evaluator for `state`, built on first use."""
     evaluator = _EVALUATORS.get(state.token)
@@ -150,8 +165,9 @@ def _on_worker(task: Callable, state, *args):
     return task(evaluator, *args)
 
 
-def make(address: Optional[str] = None, workers: Optional[int] = None):
-    """The executor the command line asks for: Dask with an address or a number of workers, else Local."""
+def make(address: Optional[str] = None, workers: Optional[int] = None, device: str = "cpu"):
+    """The executor the command line asks for: Dask with an address or a number of workers (on GPUs:
+    one worker per GPU where dask-cuda is installed), else Local."""
     if address is None and workers is None:
         return Local()
-    return Dask(address, workers)
+    return Dask(address, workers, gpu=device == "gpu")

@@ -2,6 +2,7 @@
 process, a worker that dies mid-assessment, a scheduler that cannot be reached."""
 
 import hashlib
+import importlib.util
 import multiprocessing
 import os
 import subprocess
@@ -115,3 +116,13 @@ def test_cli_workers_and_cluster(val, local, tmp_path):
     lines = bad.stderr.strip().splitlines()
     assert bad.returncode == 1 and len(lines) == 1 and "cannot reach the Dask scheduler" in lines[0], bad.stderr
     assert not (tmp_path / "n.dsz").exists()
+
+
+def test_gpu_workers_without_dask_cuda_share_the_gpu_and_say_so():
+    if importlib.util.find_spec("dask_cuda") is not None:
+        pytest.skip("dask-cuda is installed: LocalCUDACluster needs GPUs")
+    cluster = executor.make(workers=1, device="gpu")
+    try:
+        assert "sharing the GPU" in cluster.description and "dask-cuda" in cluster.description
+    finally:
+        cluster.close()
