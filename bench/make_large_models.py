@@ -272,8 +272,11 @@ def build(spec: Spec, progress: bool = True) -> Path:
     x, y = x[:spec.train_samples], y[:spec.train_samples].astype(np.int64)
     x_test, y_test = fashion_mnist("test")
     conv, layers = trunk(spec), initial_tail(spec)
-    write_tflite(path, spec, conv, layers)
-    model = TFLiteModel(path.read_bytes())
+    # the untrained model only serves to capture the trunk's features; the cache holds trained ones only
+    untrained = CACHE / f"{spec.name}.untrained.tflite"
+    write_tflite(untrained, spec, conv, layers)
+    model = TFLiteModel(untrained.read_bytes())
+    untrained.unlink()
     features = Tail.from_model(model, "fc1", strict=True).input_tensor
     h = runtime.capture(model.data, x[..., None].astype(np.float32), features, num_threads=2)
     del model
@@ -281,8 +284,9 @@ def build(spec: Spec, progress: bool = True) -> Path:
     layers = retrain(layers, {}, h, y, epochs=spec.epochs, batch_size=spec.batch_size, seed=SEED, progress=progress)
     del h
     trained = time.time() - start - captured
-    write_tflite(path, spec, conv, layers)
-    data = path.read_bytes()
+    trained_path = CACHE / f"{spec.name}.trained.tflite"
+    write_tflite(trained_path, spec, conv, layers)
+    data = trained_path.read_bytes()
     top1_val = runtime.accuracy(data, x_val[..., None].astype(np.float32), y_val, num_threads=2)
     top1 = runtime.accuracy(data, x_test[..., None].astype(np.float32), y_test, num_threads=2)
     record = {"model": spec.name, "file_bytes": len(data), "features": spec.features,
@@ -293,6 +297,7 @@ def build(spec: Spec, progress: bool = True) -> Path:
               "seconds_capture": round(captured, 1), "seconds_train": round(trained, 1),
               "seconds_total": round(time.time() - start, 1)}
     (CACHE / f"{spec.name}.json").write_text(json.dumps(record, indent=1))
+    trained_path.replace(path)  # last: a cached .tflite always has its .json
     return path
 
 
