@@ -84,7 +84,7 @@ def bench_model(name: str, args, work: Path) -> dict:
               "compress": 3 * f32 + feature_bytes * args.val_samples}
     return {
         "model": name, "fc_shapes": made["fc_shapes"], "model_float32_bytes": f32,
-        "fc_ratio": report["ratio"], "deepsz_fc_ratio": DEEPSZ[name], "sparsity": SPARSITY[name],
+        "fc_ratio": report["totals"]["ratio"], "deepsz_fc_ratio": DEEPSZ[name], "sparsity": SPARSITY[name],
         "top1_test": top1, "top1_loss_points": round(100 * (top1["original"] - top1["compressed"]), 2),
         "seconds": {"prune": prune["seconds"], "compress": compress["seconds"]},
         "peak_mib": {"prune": prune["peak_mib"], "compress": compress["peak_mib"]},
