@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 import zstandard
 
-from pydsz import codec, metrics, runtime
+from pydsz import cache, codec, metrics, runtime
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
 
@@ -273,7 +273,8 @@ class Evaluator:
             # only the layers from the first changed one on are recomputed
             first = next((name for name in self.tail.layers if name in weights), self.tail.layers[0])
             if first not in self._inputs:
-                self._inputs[first] = self.h if first == self.tail.layers[0] else self.tail.input_of(self.h, first)
+                self._inputs[first] = self.h if first == self.tail.layers[0] else \
+                    cache.keep(self.tail.input_of(self.h, first))
             out = self.tail.forward_from(first, self._inputs[first], weights=dict(weights))
             return {**self.outputs, self._tail_output: out.reshape(self.outputs[self._tail_output].shape)}
         if not weights:

@@ -192,11 +192,13 @@ def _peak_memory() -> str:
 
 
 def cmd_compress(args) -> None:
+    from . import cache
     from .container import write_atomic
     from .executor import Local, make as make_executor
     from .pipeline import compress
     from .report import write_report
 
+    cache.set_limit(args.max_cache_memory)
     device = _device(args)
     model = load_tflite(args.model)
     x, y = _data(args, model)
@@ -233,12 +235,14 @@ def _prune_sparsity(text: str):
 
 
 def cmd_prune(args) -> None:
+    from . import cache
     from .container import write_atomic
     from .data import load_npz
     from .errors import InputError
     from .oneshot import hessian_note, prune_model as prune_oneshot
     from .prune import prune_model
 
+    cache.set_limit(args.max_cache_memory)
     model = load_tflite(args.model)
     if args.method == "oneshot":
         val = load_npz(args.data, need_labels=False)  # labels only to report (and for --sparsity auto)
@@ -336,6 +340,22 @@ def _add_device_argument(p) -> None:
                    "and an NVIDIA GPU; auto (default) takes the GPU when both are there")
 
 
+def _cache_size(text: str) -> str:
+    from .cache import parse_size
+
+    try:
+        parse_size(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_cache_argument(p) -> None:
+    p.add_argument("--max-cache-memory", metavar="SIZE", type=_cache_size, default=None,
+                   help="cached activations beyond this much memory (e.g. 2G, 500M) are memory-mapped from a "
+                   "temporary file in $TMPDIR (default: all in memory)")
+
+
 def _add_output_arguments(p, output_help: str) -> None:
     """-o, --num-threads and --quiet of the commands that write one model file."""
     p.add_argument("-o", "--output", required=True, help=output_help)
@@ -425,6 +445,7 @@ def _add_pipeline_commands(sub) -> None:
                        help="spread the evaluations over the Dask cluster whose scheduler is at ADDRESS "
                        "(tcp://host:8786; see doc/distributed.md)")
     _add_device_argument(p)
+    _add_cache_argument(p)
     _add_output_arguments(p, "output .dsz file")
     p.set_defaults(func=cmd_compress)
 
@@ -448,6 +469,7 @@ def _add_pipeline_commands(sub) -> None:
                    help="validation top-1 loss `auto` may spend, one standard deviation of noise kept in hand; "
                    "retrain checks it again after the full retraining (default 0.001)")
     _add_device_argument(p)
+    _add_cache_argument(p)
     _add_output_arguments(p, "output .tflite file")
     p.set_defaults(func=cmd_prune)
 

@@ -230,20 +230,31 @@ def capture(model, x, tensor_index: int, batch_size: int = DEFAULT_BATCH,
     """The values of tensor `tensor_index` for every sample of x (e.g. the input of the first FC layer).
 
     model: bytes or TFLiteModel; the interpreter is built with all tensors preserved, since
-    intermediates are otherwise unreliable.
+    intermediates are otherwise unreliable. The result is written batch by batch into one array
+    from pydsz.cache (memory-mapped where the user's limit says so), never held twice.
     """
+    from . import cache
+
     if hasattr(model, "invoke"):
         raise InputError("capture needs the model's bytes, not an interpreter: it must preserve all tensors")
     interpreter = make_interpreter(model, num_threads=num_threads, preserve_all_tensors=True)
     n_tensors = len(interpreter.get_tensor_details())
     if not 0 <= tensor_index < n_tensors:
         raise InputError(f"tensor {tensor_index} out of range: the model has {n_tensors} tensors")
+    n = len(fit_inputs(interpreter.get_input_details(), x)[0])
+    out, filled = None, 0
 
     def read(it):
+        nonlocal out, filled
         values = it.get_tensor(tensor_index)
         rows = it.get_input_details()[0]["shape"][0]
         if values.ndim == 0 or values.shape[0] != rows:
             raise InputError(f"tensor {tensor_index} of shape {values.shape} has no batch axis to capture")
-        return [values.copy()]
+        if out is None:
+            out = cache.empty((n, *values.shape[1:]), values.dtype)
+        out[filled:filled + rows] = values
+        filled += rows
+        return [np.empty((rows, 0), np.uint8)]  # _run_batches checks a row per sample; the values are in out
 
-    return np.concatenate([p[0] for p in _run_batches(interpreter, x, batch_size, read)], axis=0)
+    _run_batches(interpreter, x, batch_size, read)
+    return out

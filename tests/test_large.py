@@ -1,0 +1,113 @@
+"""What large models need, on small real models: out-of-line buffers through compress and decompress,
+and cached activations memory-mapped from disk (--max-cache-memory) with results unchanged."""
+
+import numpy as np
+import pytest
+
+from pydsz import cache, runtime
+from pydsz.data import bundled, load_npz
+from pydsz.errors import InputError
+from pydsz.model import TFLiteModel
+from test_cli import dsz
+
+
+@pytest.fixture
+def no_limit(monkeypatch):
+    monkeypatch.delenv(cache.ENV, raising=False)
+
+
+def test_sizes_parse_with_binary_units():
+    assert cache.parse_size("2G") == 2 * 2**30
+    assert cache.parse_size("500m") == 500 * 2**20
+    assert cache.parse_size("64KiB") == 64 * 2**10
+    assert cache.parse_size("1048576") == 2**20
+    with pytest.raises(InputError, match="size 'lots'"):
+        cache.parse_size("lots")
+
+
+def test_caches_beyond_the_limit_are_memory_mapped(monkeypatch):
+    monkeypatch.setenv(cache.ENV, "1M")
+    small = cache.empty((100, 100))  # 40 KB: held in memory
+    large = cache.empty((1000, 1000))  # 4 MB: beyond the limit
+    assert not isinstance(small, np.memmap) and isinstance(large, np.memmap)
+    large[...] = 1.5
+    assert float(large.sum()) == 1.5e6
+    kept = cache.keep(np.arange(300_000, dtype=np.float32))  # 1.2 MB with small's 40 KB: over
+    assert isinstance(kept, np.memmap) and np.array_equal(kept, np.arange(300_000, dtype=np.float32))
+
+
+def test_without_a_limit_nothing_is_mapped(no_limit):
+    assert not isinstance(cache.empty((3000, 1000)), np.memmap)
+
+
+def test_freed_caches_return_their_share_of_the_limit(monkeypatch):
+    monkeypatch.setenv(cache.ENV, "1M")
+    for _ in range(5):  # each 800 KB array fits once the one before it is gone
+        assert not isinstance(cache.empty((200, 1000)), np.memmap)
+
+
+def test_capture_is_the_same_mapped_or_not(monkeypatch):
+    model = bundled("lenet5.tflite").read_bytes()
+    x, _ = load_npz(bundled("fmnist_val.npz"))
+    fc1 = TFLiteModel(model).layer("fc1")
+    tensor = TFLiteModel(model).ops[fc1.op_index].inputs[0]
+    monkeypatch.delenv(cache.ENV, raising=False)
+    in_memory = runtime.capture(model, x[:700], tensor, batch_size=256)
+    monkeypatch.setenv(cache.ENV, "0")
+    mapped = runtime.capture(model, x[:700], tensor, batch_size=256)
+    assert isinstance(mapped, np.memmap) and not isinstance(in_memory, np.memmap)
+    assert np.array_equal(in_memory, mapped)
+
+
+def test_compress_is_byte_identical_with_mapped_caches(tmp_path):
+    outputs = []
+    for limit in ([], ["--max-cache-memory", "0"]):
+        out = tmp_path / f"m{len(limit)}.dsz"
+        result = dsz("compress", bundled("lenet5.tflite"), "--data", bundled("fmnist_val.npz"), "--max-loss", "0.003",
+                     "-q", "-o", out, *limit)
+        assert result.returncode == 0, result.stderr
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+
+
+def test_prune_is_byte_identical_with_mapped_caches(tmp_path):
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    train, val = tmp_path / "train.npz", tmp_path / "val.npz"
+    np.savez(train, x=x[:3000], y=y[:3000])
+    np.savez(val, x=x[3000:], y=y[3000:])
+    outputs = []
+    for limit in ([], ["--max-cache-memory", "0"]):
+        out = tmp_path / f"p{len(limit)}.tflite"
+        result = dsz("prune", bundled("lenet300.tflite"), "--train", train, "--data", val, "--sparsity", "0.9",
+                     "--epochs", "1", "--device", "cpu", "-q", "-o", out, *limit)
+        assert result.returncode == 0, result.stderr
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+
+
+def test_a_bad_cache_size_is_a_usage_error(tmp_path):
+    result = dsz("compress", bundled("lenet5.tflite"), "--data", bundled("fmnist_val.npz"),
+                 "--max-cache-memory", "lots", "-o", tmp_path / "m.dsz")
+    assert result.returncode == 2 and "size 'lots'" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "m.dsz").exists()
+
+
+def test_out_of_line_model_compresses_and_decodes_like_the_inline_one(tmp_path):
+    """lenet300_ool holds lenet300's weights out of line (Buffer.offset/size): the same bounds are
+    chosen, and the decoded files keep their own layout yet compute the same outputs in LiteRT."""
+    data = bundled("fmnist_val.npz")
+    decoded = {}
+    for name in ("lenet300", "lenet300_ool"):
+        packed, out = tmp_path / f"{name}.dsz", tmp_path / f"{name}.tflite"
+        result = dsz("compress", bundled(f"{name}.tflite"), "--data", data, "--max-loss", "0.003", "-o", packed)
+        assert result.returncode == 0, result.stderr
+        assert dsz("decompress", packed, "-o", out).returncode == 0
+        decoded[name] = out.read_bytes()
+    inline, ool = (TFLiteModel(decoded[n]) for n in ("lenet300", "lenet300_ool"))
+    assert len(decoded["lenet300_ool"]) == bundled("lenet300_ool.tflite").stat().st_size
+    for layer in ("fc1", "fc2", "fc3"):
+        assert ool.layer(layer).offset != inline.layer(layer).offset
+        assert np.array_equal(ool.weight(layer), inline.weight(layer))
+    x, _ = load_npz(data)
+    assert np.array_equal(runtime.predict(decoded["lenet300"], x[:500]), runtime.predict(decoded["lenet300_ool"], x[:500]))
+
