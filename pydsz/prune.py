@@ -63,25 +63,40 @@ def magnitude_mask(weight: np.ndarray, sparsity: float) -> np.ndarray:
     if not 0 <= sparsity < 1:
         raise InputError(f"sparsity {sparsity}: must be in [0, 1)")
     n_prune = int(round(sparsity * weight.size))
-    mask = np.ones(weight.shape, bool)
-    if n_prune:
-        # argpartition gives exactly n_prune entries even when magnitudes tie.
-        order = np.argpartition(np.abs(weight).ravel(), n_prune - 1)[:n_prune]
-        mask.ravel()[order] = False
-    return mask
+    if not n_prune:
+        return np.ones(weight.shape, bool)
+    # The n_prune-th smallest magnitude by an in-place partition of one float copy: argpartition's
+    # int64 indices would take twice the weights' own bytes on a large layer.
+    magnitude = np.abs(weight).ravel()
+    magnitude.partition(n_prune - 1)
+    threshold = magnitude[n_prune - 1]
+    np.abs(weight.ravel(), out=magnitude)
+    mask = magnitude > threshold
+    # ties at the threshold: prune exactly n_prune entries, keeping the surplus of the tied ones
+    surplus = int(np.count_nonzero(mask)) - (weight.size - n_prune)
+    if surplus < 0:
+        mask[np.flatnonzero(magnitude == threshold)[:-surplus]] = True
+    return mask.reshape(weight.shape)
 
 
 def forward(layers: Sequence[Dense], h: np.ndarray) -> np.ndarray:
     """The tail's output (logits, before any final softmax) for a batch of cached inputs."""
     h = h.reshape(len(h), -1).astype(np.float32, copy=False)
     for layer in layers:
-        h = ACTIVATIONS[layer.activation][0](h @ layer.weight.T + layer.bias)
+        z = h @ layer.weight.T
+        z += layer.bias
+        h = ACTIVATIONS[layer.activation][0](z)
     return h
 
 
 def count_correct(layers: Sequence[Dense], h: np.ndarray, y: np.ndarray, batch: int = 4096, device: str = "cpu") -> int:
     """How many samples the tail classifies correctly (top-1)."""
     return int(np.sum(np.argmax(logits(layers, h, device, batch), axis=1) == y))
+
+
+# Elements per slice of _Adam.step and NumpySteps.average: their elementwise arithmetic runs slice by
+# slice through small scratch buffers, so a step allocates no temporary the size of a layer.
+SLICE = 1 << 18
 
 
 @dataclass
@@ -91,15 +106,37 @@ class _Adam:
     eps: float = 1e-8
     t: int = 0
     state: dict = field(default_factory=dict)
+    scratch: tuple = ()
 
     def step(self, key: str, param: np.ndarray, grad: np.ndarray, lr: float) -> None:
-        m, v = self.state.get(key, (np.zeros_like(param), np.zeros_like(param)))
-        m = self.beta1 * m + (1 - self.beta1) * grad
-        v = self.beta2 * v + (1 - self.beta2) * grad * grad
-        self.state[key] = (m, v)
-        m_hat = m / (1 - self.beta1**self.t)
-        v_hat = v / (1 - self.beta2**self.t)
-        param -= (lr * m_hat / (np.sqrt(v_hat) + self.eps)).astype(param.dtype)
+        """In place: param -= lr * m_hat / (sqrt(v_hat) + eps), the moments m and v updated.
+
+        The same float32 operations in the same order as pydsz.gpu's dsz_masked_adam kernel (whose
+        result must equal this one bit for bit), one slice at a time."""
+        if key not in self.state:
+            self.state[key] = (np.zeros(param.shape, np.float32), np.zeros(param.shape, np.float32))
+        if not self.scratch:
+            self.scratch = (np.empty(SLICE, np.float32), np.empty(SLICE, np.float32))
+        m_all, v_all = self.state[key]
+        c1, c2 = 1 - self.beta1**self.t, 1 - self.beta2**self.t
+        for part in _slices(param.size):
+            p, g, m, v = (a.reshape(-1)[part] for a in (param, grad, m_all, v_all))
+            s, d = (a[: len(p)] for a in self.scratch)
+            m *= self.beta1
+            m += np.multiply(g, 1 - self.beta1, out=s)
+            v *= self.beta2
+            np.multiply(g, 1 - self.beta2, out=s)
+            v += np.multiply(s, g, out=s)
+            np.divide(m, c1, out=s)
+            np.multiply(s, lr, out=s)
+            np.divide(v, c2, out=d)
+            np.sqrt(d, out=d)
+            d += self.eps
+            p -= np.divide(s, d, out=s)
+
+
+def _slices(n: int):
+    return (slice(i, min(n, i + SLICE)) for i in range(0, n, SLICE))
 
 
 class NumpySteps:
@@ -112,7 +149,9 @@ class NumpySteps:
     def __init__(self, params: list[Dense], keep: list[Optional[np.ndarray]]):
         self.params, self.keep = params, keep
         self.opt = _Adam()
-        self.averaged = [replace(p, weight=np.zeros_like(p.weight), bias=np.zeros_like(p.bias)) for p in params]
+        # np.zeros, not zeros_like: calloc'd pages take no memory until the averaging starts
+        self.averaged = [replace(p, weight=np.zeros(p.weight.shape, np.float32), bias=np.zeros(p.bias.shape, np.float32))
+                         for p in params]
 
     def weight(self, i: int) -> np.ndarray:
         return self.params[i].weight
@@ -136,9 +175,13 @@ class NumpySteps:
 
     def average(self, k: int) -> None:
         """Fold the current parameters into the running mean as its k-th term."""
+        scratch = self.opt.scratch[0] if self.opt.scratch else np.empty(SLICE, np.float32)
         for a, p in zip(self.averaged, self.params):
-            a.weight += (p.weight - a.weight) / k
-            a.bias += (p.bias - a.bias) / k
+            for mean, value in ((a.weight, p.weight), (a.bias, p.bias)):
+                for part in _slices(mean.size):
+                    m, s = mean.reshape(-1)[part], scratch[: part.stop - part.start]
+                    np.subtract(value.reshape(-1)[part], m, out=s)
+                    m += np.divide(s, k, out=s)
 
     def result(self) -> list[Dense]:
         return self.averaged
@@ -198,8 +241,8 @@ def retrain(
     # Scale the input to unit RMS and the first weights inversely: the same function, but Adam's
     # per-weight steps are then comparable across layers (inputs may be raw pixels 0..255).
     scale = float(np.sqrt(np.mean(np.square(h[: min(len(h), 10000)], dtype=np.float64)))) or 1.0
-    params = [replace(l, weight=l.weight.astype(np.float32) * (scale if i == 0 else 1.0),
-                      bias=l.bias.astype(np.float32).copy()) for i, l in enumerate(layers)]
+    params = [replace(l, weight=np.array(l.weight, np.float32), bias=np.array(l.bias, np.float32)) for l in layers]
+    params[0].weight *= scale
     keep = [masks.get(l.name) for l in params]
     for p, m in zip(params, keep):
         if m is not None:
@@ -292,14 +335,13 @@ class PruneResult:
 def tail_layers(tail) -> list[Dense]:
     """The numpy tail (pydsz.tail.Tail) as trainable Dense layers; InputError if it is not a plain MLP.
 
-    Reshapes are no-ops on flattened activations, a standalone activation op folds into the FC
+    The layers share the tail's arrays. Reshapes are no-ops on flattened activations, a standalone activation op folds into the FC
     layer before it, and a final SOFTMAX is the loss's own softmax.
     """
     layers: list[Dense] = []
     for i, step in enumerate(tail.steps):
         if step.kind == "fc":
-            layers.append(Dense(step.name, tail.weights[step.name].copy(), tail.biases[step.name].copy(),
-                                step.activation))
+            layers.append(Dense(step.name, tail.weights[step.name], tail.biases[step.name], step.activation))
         elif step.kind == "reshape":
             continue
         elif step.kind == "activation" and layers and layers[-1].activation == "NONE" and step.op in ACTIVATIONS:
@@ -443,7 +485,14 @@ def prune_model(
         raise InputError(f"training set of {len(x)} samples: too small to retrain (need >= {MIN_TRAIN_SAMPLES})")
     top1_before = runtime.accuracy(data, x_val, y_val, num_threads=num_threads)
     tail = Tail.from_model(model, fcs[0].name, strict=True)
-    layers = tail_layers(tail)
+    layers, tail_input = tail_layers(tail), tail.input_tensor
+    del tail
+    for l in layers:
+        # the model's own float32 weights, read-only views of its bytes, instead of the tail's copies:
+        # retrain copies what it trains, so the dense layers take no memory of their own
+        w = model.constant(model.layer(l.name).weight)
+        if w is not None and w.dtype == np.float32 and w.shape == l.weight.shape:
+            l.weight = w
     storable = _bias_buffers(model, layers)
     for l in layers:
         l.train_bias = model.layer(l.name).bias is not None and model.tensors[model.layer(l.name).bias].buffer in storable
@@ -457,8 +506,8 @@ def prune_model(
         return PruneResult(data, {l.name: 1 - density(l.weight) for l in layers}, [], already,
                            top1_before, top1_before)
     runtime.accuracy(data, x[:1], y[:1], num_threads=num_threads)  # checks shape and labels up front
-    h = runtime.capture(data, x, tail.input_tensor, num_threads=num_threads)
-    h_val = runtime.capture(data, x_val, tail.input_tensor, num_threads=num_threads)
+    h = runtime.capture(data, x, tail_input, num_threads=num_threads)
+    h_val = runtime.capture(data, x_val, tail_input, num_threads=num_threads)
     y, y_val = np.asarray(y), np.asarray(y_val)
     teacher = [replace(l) for l in layers]
     auto = targets == "auto"
