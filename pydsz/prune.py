@@ -108,8 +108,9 @@ class _Adam:
     state: dict = field(default_factory=dict)
     scratch: tuple = ()
 
-    def step(self, key: str, param: np.ndarray, grad: np.ndarray, lr: float) -> None:
-        """In place: param -= lr * m_hat / (sqrt(v_hat) + eps), the moments m and v updated.
+    def step(self, key: str, param: np.ndarray, grad: np.ndarray, lr: float, rows: slice = slice(None)) -> None:
+        """In place: param -= lr * m_hat / (sqrt(v_hat) + eps), the moments m and v updated; with
+        `rows`, only those rows of param (grad holds just them).
 
         The same float32 operations in the same order as pydsz.gpu's dsz_masked_adam kernel (whose
         result must equal this one bit for bit), one slice at a time."""
@@ -117,7 +118,7 @@ class _Adam:
             self.state[key] = (np.zeros(param.shape, np.float32), np.zeros(param.shape, np.float32))
         if not self.scratch:
             self.scratch = (np.empty(SLICE, np.float32), np.empty(SLICE, np.float32))
-        m_all, v_all = self.state[key]
+        param, m_all, v_all = (a[rows] for a in (param, *self.state[key]))
         c1, c2 = 1 - self.beta1**self.t, 1 - self.beta2**self.t
         for part in _slices(param.size):
             p, g, m, v = (a.reshape(-1)[part] for a in (param, grad, m_all, v_all))
@@ -162,16 +163,21 @@ class NumpySteps:
 
     def step(self, x: np.ndarray, target: np.ndarray, lr: float) -> None:
         """One masked Adam step on a batch x with target class probabilities."""
-        grads = _gradients(self.params, x, target)
         self.opt.t += 1
-        for p, m, (gw, gb) in zip(self.params, self.keep, grads):
-            if m is not None:
-                gw *= m
-            self.opt.step(p.name + ".w", p.weight, gw, lr)
+        for p, m, (delta, inputs) in zip(self.params, self.keep, _backward(self.params, x, target)):
+            # the weight gradient delta.T @ inputs a block of rows at a time, each block stepped at
+            # once: no gradient the size of the layer is ever held
+            block = max(1, SLICE // p.weight.shape[1])
+            for r in range(0, p.weight.shape[0], block):
+                rows = slice(r, r + block)
+                gw = delta[:, rows].T @ inputs
+                if m is not None:
+                    gw *= m[rows]
+                self.opt.step(p.name + ".w", p.weight, gw, lr, rows)
+                if m is not None:
+                    p.weight[rows] *= m[rows]  # Adam's momentum must not revive a pruned weight.
             if p.train_bias:
-                self.opt.step(p.name + ".b", p.bias, gb, lr)
-            if m is not None:
-                p.weight *= m  # Adam's momentum must not revive a pruned weight.
+                self.opt.step(p.name + ".b", p.bias, delta.sum(axis=0), lr)
 
     def average(self, k: int) -> None:
         """Fold the current parameters into the running mean as its k-th term."""
@@ -300,6 +306,12 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 def _gradients(layers: Sequence[Dense], x: np.ndarray, target: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Gradients of the mean softmax cross-entropy between the tail's output and `target`
     (rows of class probabilities) w.r.t. each weight and bias."""
+    return [(delta.T @ inputs, delta.sum(axis=0)) for delta, inputs in _backward(layers, x, target)]
+
+
+def _backward(layers: Sequence[Dense], x: np.ndarray, target: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per layer, (delta, input) of the loss _gradients differentiates: the weight gradient is
+    delta.T @ input, the bias gradient delta's column sums. Batch-sized arrays only."""
     inputs, pre, post = [], [], []
     h = x
     for layer in layers:
@@ -309,13 +321,13 @@ def _gradients(layers: Sequence[Dense], x: np.ndarray, target: np.ndarray) -> li
         pre.append(z)
         post.append(h)
     delta = (_softmax(h) - target) / len(target)
-    grads = []
+    out = []
     for i in range(len(layers) - 1, -1, -1):
         delta = delta * ACTIVATIONS[layers[i].activation][1](pre[i], post[i])
-        grads.append((delta.T @ inputs[i], delta.sum(axis=0)))
+        out.append((delta, inputs[i]))
         if i:
             delta = delta @ layers[i].weight
-    return grads[::-1]
+    return out[::-1]
 
 
 @dataclass
