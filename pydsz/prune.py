@@ -150,9 +150,8 @@ class NumpySteps:
     def __init__(self, params: list[Dense], keep: list[Optional[np.ndarray]]):
         self.params, self.keep = params, keep
         self.opt = _Adam()
-        # np.zeros, not zeros_like: calloc'd pages take no memory until the averaging starts
-        self.averaged = [replace(p, weight=np.zeros(p.weight.shape, np.float32), bias=np.zeros(p.bias.shape, np.float32))
-                         for p in params]
+        self.kept: list[Optional[np.ndarray]] = []  # per layer, flat indices of the weights averaged (None: all)
+        self.means: list[tuple[np.ndarray, np.ndarray]] = []  # per layer, running means of those weights and the bias
 
     def weight(self, i: int) -> np.ndarray:
         return self.params[i].weight
@@ -181,16 +180,35 @@ class NumpySteps:
 
     def average(self, k: int) -> None:
         """Fold the current parameters into the running mean as its k-th term."""
+        if not self.means:
+            # The masks are final once averaging starts: a sparse layer's mean is kept over its
+            # kept weights only, as a dense one would add a layer's bytes to the peak memory.
+            for p, m in zip(self.params, self.keep):
+                idx = None
+                if m is not None and np.count_nonzero(m) < m.size // 2:
+                    idx = np.flatnonzero(m).astype(np.int32 if m.size < 2**31 else np.int64)
+                self.kept.append(idx)
+                self.means.append((np.zeros(p.weight.size if idx is None else len(idx), np.float32),
+                                   np.zeros(p.bias.shape, np.float32)))
         scratch = self.opt.scratch[0] if self.opt.scratch else np.empty(SLICE, np.float32)
-        for a, p in zip(self.averaged, self.params):
-            for mean, value in ((a.weight, p.weight), (a.bias, p.bias)):
+        for p, idx, (mean_w, mean_b) in zip(self.params, self.kept, self.means):
+            w = p.weight.reshape(-1)
+            for mean, value in ((mean_w, w if idx is None else w[idx]), (mean_b, p.bias)):
                 for part in _slices(mean.size):
-                    m, s = mean.reshape(-1)[part], scratch[: part.stop - part.start]
-                    np.subtract(value.reshape(-1)[part], m, out=s)
+                    m, s = mean[part], scratch[: part.stop - part.start]
+                    np.subtract(value[part], m, out=s)
                     m += np.divide(s, k, out=s)
 
     def result(self) -> list[Dense]:
-        return self.averaged
+        """The running means as layers (the pruned weights zero); the Adam state is freed first."""
+        self.opt.state.clear()
+        out = []
+        for p, idx, (mean_w, mean_b) in zip(self.params, self.kept, self.means):
+            if idx is not None:
+                mean_w, dense = np.zeros(p.weight.size, np.float32), mean_w
+                mean_w[idx] = dense
+            out.append(replace(p, weight=mean_w.reshape(p.weight.shape), bias=mean_b))
+        return out
 
 
 def logits(layers: Sequence[Dense], h: np.ndarray, device: str = "cpu", batch: int = 8192) -> np.ndarray:
