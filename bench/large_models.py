@@ -72,7 +72,7 @@ def bench_model(name: str, args, work: Path) -> dict:
     pruned, packed = work / f"{name}-pruned.tflite", work / f"{name}.dsz"
 
     prune = run_step(["prune", path, "--method", "retrain", "--train", train, "--data", val, "--sparsity",
-                      SPARSITY[name], "--epochs", args.epochs, "--device", "cpu", "--num-threads", 2, "-q", "-o", pruned])
+                      SPARSITY[name], "--epochs", args.epochs, "--device", "cpu", "--num-threads", 2, "-o", pruned])
     compress = run_step(["compress", pruned, "--data", val, "--max-loss", args.max_loss, "--device", "cpu",
                          "--num-threads", 2, "--report", work / name, "-o", packed])
     report = json.loads((work / name / "report.json").read_text())
