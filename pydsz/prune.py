@@ -4,6 +4,10 @@ The conv trunk stays frozen: the input of the first FC layer is captured once th
 interpreter, and the FC tail is retrained on those cached activations in numpy (Adam, softmax
 cross-entropy on the tail's output, masks re-applied after every step, fixed seed).
 pydsz.oneshot.prune_model is the way without training data, conv layers included.
+
+Memory: retraining holds the model's bytes (the dense layers are views of them), the trained copy
+of the tail and Adam's two moments, i.e. 4x the FC weights, plus the cached activations; gradients,
+updates and the running mean (over the kept weights) add nothing layer-sized.
 """
 
 from __future__ import annotations
