@@ -170,9 +170,14 @@ class NumpySteps:
         for p, m, (delta, inputs) in zip(self.params, self.keep, _backward(self.params, x, target)):
             # the weight gradient delta.T @ inputs a block of rows at a time, each block stepped at
             # once: no gradient the size of the layer is ever held
-            block = max(1, SLICE // p.weight.shape[1])
-            for r in range(0, p.weight.shape[0], block):
-                rows = slice(r, r + block)
+            n = p.weight.shape[0]
+            starts = list(range(0, n, max(2, SLICE // p.weight.shape[1])))
+            if len(starts) > 1 and n - starts[-1] == 1:
+                # a 1-row block would be numpy's matrix-vector product, whose sums differ in the
+                # last bit from the matrix product's: it joins the block before
+                starts.pop()
+            for r, end in zip(starts, starts[1:] + [n]):
+                rows = slice(r, end)
                 gw = delta[:, rows].T @ inputs
                 if m is not None:
                     gw *= m[rows]

@@ -77,6 +77,22 @@ def test_retraining_is_deterministic_and_leaves_its_input_alone():
     assert all(np.array_equal(l.weight, w) for l, w in zip(layers, before))
 
 
+def test_retraining_in_slices_equals_retraining_whole(monkeypatch):
+    """Adam, the gradient row blocks and the running mean (sparse for fc1) work slice by slice to
+    hold no layer-sized temporary: slices of 101 values must give the same bits as one slice."""
+    from pydsz import prune
+
+    x, y, layers = _task(n=1000)
+    run = lambda: retrain(layers, {}, x, y, epochs=1, targets={"fc1": 0.8}, teacher=layers)  # noqa: E731
+    whole = run()
+    monkeypatch.setattr(prune, "SLICE", 101)  # gradient blocks of 2 rows (1 would be gemv, not gemm: other sums)
+    sliced = run()
+    assert density(sliced[0].weight) == pytest.approx(0.2, abs=1e-3)
+    for a, b in zip(whole, sliced):
+        assert np.array_equal(a.weight.view(np.uint32), b.weight.view(np.uint32))
+        assert np.array_equal(a.bias.view(np.uint32), b.bias.view(np.uint32))
+
+
 def test_too_small_a_training_set_is_an_input_error():
     x, y, layers = _task(n=1000)
     with pytest.raises(InputError, match="too small"):
