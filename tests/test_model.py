@@ -338,6 +338,20 @@ def test_replace_rounds_float32_into_a_float16_buffer():
     assert np.array_equal(replaced.stored("fc1"), new.astype(np.float16))
 
 
+def test_float16_weight_from_densify_says_it_is_sparse():
+    """sparse float16 weights: constant -> DENSIFY -> DEQUANTIZE -> FULLY_CONNECTED."""
+    content = build_tflite(
+        tensors=[{"shape": [1, 8]},
+                 {"shape": [4, 8], "type": tflite.TensorType.FLOAT16, "data": np.ones((4, 8), np.float16).tobytes()},
+                 {"shape": [4, 8], "type": tflite.TensorType.FLOAT16}, {"shape": [4, 8]}, {"shape": [1, 4]}],
+        ops=[("DENSIFY", [1], [2]), ("DEQUANTIZE", [2], [3]), ("FULLY_CONNECTED", [0, 3, -1], [4])],
+        inputs=[0], outputs=[4])
+    (layer,) = TFLiteModel(content).layers()
+    assert not layer.compressible
+    assert layer.skip_reason.endswith("computed by a DEQUANTIZE op from a DENSIFY op (sparse-format weights are kept "
+                                      "lossless)")
+
+
 def test_float16_constant_read_by_another_op_is_not_compressible():
     model = TFLiteModel(_float16_model(np.ones((4, 8)), extra_ops=[("DEQUANTIZE", [1], [4])]))
     (layer,) = model.layers()
