@@ -338,6 +338,12 @@ def test_int8_model_compresses_under_an_accuracy_budget_in_steps():
     assert result.metric.name == "top1" and result.before - result.after <= 0.01 + 1e-9
     entries = {e.name: e for e in pydsz.load(result.dsz).entries}
     assert entries and all(e.dtype == "int8" and e.error_bound == int(e.error_bound) for e in entries.values())
+    # the report says steps, as `dsz pack -e 2q` takes them
+    from pydsz.report import layer_table, to_dict
+    assert all(l.bound_unit == "steps" for l in result.layers) and any(l.bound for l in result.layers)
+    rows = {line.split()[0]: line.split()[3] for line in layer_table(result).splitlines()[2:]}
+    assert all(rows[l.name] == (f"{l.bound:g}q" if l.bound else "lossless") for l in result.layers)
+    assert {l["bound_unit"] for l in to_dict(result)["layers"]} == {"steps"}
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
