@@ -34,7 +34,7 @@ def build_tflite(tensors, ops, inputs, outputs):
 
     tensors: dicts with shape, type (TensorType, default FLOAT32), data (bytes of a constant),
     same_buffer_as (index of an earlier constant whose buffer it reads, with data for its shape
-    signature) and scale (quantization); the first dimension is the batch (dynamic). ops: tuples (operator name,
+    signature), scale and zero_point (quantization); the first dimension is the batch (dynamic). ops: tuples (operator name,
     inputs, outputs[, options name, {option setter: value}]).
     """
     b = flatbuffers.Builder(1024)
@@ -68,7 +68,7 @@ def build_tflite(tensors, ops, inputs, outputs):
         quant = None
         if "scale" in t:
             scale = vector(tflite.QuantizationParametersStartScaleVector, [t["scale"]], b.PrependFloat32)
-            zero = vector(tflite.QuantizationParametersStartZeroPointVector, [0], b.PrependInt64)
+            zero = vector(tflite.QuantizationParametersStartZeroPointVector, [t.get("zero_point", 0)], b.PrependInt64)
             tflite.QuantizationParametersStart(b)
             tflite.QuantizationParametersAddScale(b, scale)
             tflite.QuantizationParametersAddZeroPoint(b, zero)
