@@ -417,6 +417,53 @@ static void test_int8(void)
     free(x); free(u); free(out); free(uout); free(buf);
 }
 
+/* The fused sparse decoder's fast path (Huffman gaps and values, predictor none) on a stream long
+ * enough to reach it, in each 1- and 2-byte dtype: bounded values and exact positions, then every
+ * seventh byte flipped: an error or a full decode, never an access out of bounds (ASan watches). */
+static void test_sparse_fast_path(void)
+{
+    size_t const rows = 200, cols = 400, n = rows * cols;
+    int8_t* x = (int8_t*)malloc(n);
+    uint16_t* h = (uint16_t*)malloc(2 * n);
+    uint8_t* out = (uint8_t*)malloc(2 * n);
+    size_t const cap = dsz_sparseBound(rows, cols, n, 0);
+    uint8_t* buf = (uint8_t*)malloc(cap);
+    dsz_frameInfo f;
+    size_t i, cs, hs, at;
+    unsigned t;
+    for (i = 0; i < n; i++) {
+        double const v = unif() < 0.1 ? laplace(30.0) : 0.0;
+        x[i] = (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
+        h[i] = (uint16_t)dsz_f32_to_f16((float)x[i] / 64.0f);
+    }
+    for (i = 1000; i < 3000; i++) x[i] = 0, h[i] = 0; /* gaps past 255: fillers */
+    for (t = 0; t < 2; t++) {
+        unsigned const dtype = t ? DSZ_DTYPE_FLOAT16 : DSZ_DTYPE_INT8;
+        dsz_params p = params(t ? 1e-3 : 1.5, DSZ_PRED_NONE);
+        const void* const src = t ? (const void*)h : (const void*)x;
+        p.radius = 16; /* the largest values are outliers */
+        cs = dsz_encodeSparseTyped(buf, cap, src, dtype, rows, cols, &p, DSZ_INDEX_HUFFGAP);
+        hs = dsz_getFrameInfo(&f, buf, cs);
+        CHECK(!dsz_isError(cs) && !dsz_isError(hs));
+        memset(out, 0, 2 * n);
+        CHECK(dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize) == f.nnz);
+        for (i = 0; i < n; i++) {
+            if (t) {
+                float const a = dsz_f16_to_f32(h[i]), b = dsz_f16_to_f32(dsz_rd16(out + 2 * i));
+                CHECK((a == 0) == (b == 0) && fabs((double)a - (double)b) <= 1e-3);
+            } else {
+                CHECK((x[i] == 0) == ((int8_t)out[i] == 0) && abs((int8_t)out[i] - x[i]) <= 1);
+            }
+        }
+        for (at = hs; at < cs; at += 7) {
+            buf[at] ^= (uint8_t)(1u << (at & 7));
+            (void)dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize);
+            buf[at] ^= (uint8_t)(1u << (at & 7));
+        }
+    }
+    free(x); free(h); free(out); free(buf);
+}
+
 int main(void)
 {
     test_errors();
@@ -428,6 +475,7 @@ int main(void)
     test_unaligned();
     test_half();
     test_int8();
+    test_sparse_fast_path();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
