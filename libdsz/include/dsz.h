@@ -11,7 +11,7 @@
  * returning; dsz_decompressArray(), dsz_decodeSparse() and dsz_decompress() malloc decoding
  * tables (8 KiB plus 8 bytes per used symbol, at most ~16 MiB for the largest radius) and,
  * for the bitmap index, two rows of flags (2 * cols bytes). All are freed before returning.
- * dsz_csrMatmul() mallocs its scratch (about 256 bytes per row of W plus 256 KiB) and frees it.
+ * dsz_csrMatmul() mallocs its scratch (about 520 bytes per row of W plus 2 MiB) and frees it.
  * All other functions allocate nothing.
  *
  * The byte format is specified in doc/format.md (format version DSZ_FORMAT_VERSION).
@@ -277,7 +277,7 @@ size_t dsz_decodeSparse(float* dst,                /* output, info->nElements va
  * so the result does not depend on the split; it is not BLAS's order, so it differs from a dense
  * product by float rounding. Validates the CSR first (O(rows + nnz)): row pointers from 0 to nnz,
  * non-decreasing; column indices in [0, cols) and increasing along each row. Single-threaded; the
- * caller may run disjoint sample ranges on several threads. Mallocs (64 * (rows + 1024)) floats
+ * caller may run disjoint sample ranges on several threads. Mallocs 128 * (rows + 4096) floats
  * and rows size_t of scratch, freed before returning.
  * Returns n * rows (the values written), or an error code. */
 size_t dsz_csrMatmul(float* y,                 /* output [n, rows], row-major */

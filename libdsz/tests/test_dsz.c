@@ -420,7 +420,7 @@ static void test_int8(void)
 /* dense reference in the kernel's order: the row's non-zeros by column, then the bias */
 static void test_csr_matmul(void)
 {
-    size_t const rows = 37, cols = 2100, n = 131; /* more than one column slice and sample block */
+    size_t const rows = 37, cols = 4500, n = 131; /* more than one column slice and sample block */
     float* w = (float*)calloc(rows * cols, sizeof(float));
     float* x = (float*)malloc(sizeof(float) * n * cols);
     float* y = (float*)malloc(sizeof(float) * n * rows);
