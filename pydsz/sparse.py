@@ -20,14 +20,22 @@ import numpy as np
 from . import _core
 from .errors import InputError
 
-__all__ = ["CSR", "DENSITY_THRESHOLD", "matmul", "threads"]
+__all__ = ["CSR", "DENSITY_THRESHOLD", "MIN_ROWS", "matmul", "pays", "threads"]
 
-# Below this share of non-zeros the CSR kernel beats dense BLAS at the same thread count on
-# AlexNet/VGG FC shapes with hundreds of samples and more (bench/tail_eval.py measures the crossover).
-DENSITY_THRESHOLD = 0.3
+# Below this share of non-zeros the CSR kernel beats dense BLAS at the same thread count
+# (bench/tail_eval.py: on 4096x4096 with 1,000 samples the crossover lies between 25% and 35%).
+DENSITY_THRESHOLD = 0.2
+# The kernel transposes its input once per call; with few outputs that costs more than the
+# product saves (a 10x4096 layer at 25% ran 5x slower than BLAS), so such layers stay dense.
+MIN_ROWS = 64
 
 # Threads split the samples in blocks of this many (the kernel's own block), so none gets a ragged share.
 _SAMPLE_BLOCK = 128
+
+
+def pays(w: np.ndarray) -> bool:
+    """Whether a [rows, cols] weight matrix is multiplied faster by its non-zeros than densely."""
+    return w.ndim == 2 and w.shape[0] >= MIN_ROWS and np.count_nonzero(w) < DENSITY_THRESHOLD * w.size
 
 
 def threads() -> int:
@@ -62,10 +70,11 @@ class CSR:
             raise InputError(f"a CSR matrix is 2-D; got shape {w.shape}")
         if w.shape[1] > 2 ** 31:
             raise InputError(f"a CSR matrix has at most 2^31 columns; got {w.shape[1]}")
-        rows, cols = np.nonzero(w)
-        row_ptr = np.zeros(w.shape[0] + 1, np.int64)
-        np.cumsum(np.bincount(rows, minlength=w.shape[0]), out=row_ptr[1:])
-        return cls(tuple(w.shape), row_ptr, cols.astype(np.int32), np.ascontiguousarray(w[rows, cols]))
+        nnz = int(np.count_nonzero(w))
+        row_ptr = np.empty(w.shape[0] + 1, np.int64)
+        col_index, values = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
+        _core.csr_from_dense(np.ascontiguousarray(w), row_ptr, col_index, values)
+        return cls(tuple(w.shape), row_ptr, col_index, values)
 
     @property
     def density(self) -> float:

@@ -30,7 +30,7 @@ import numpy as np
 from .errors import InputError
 from .model import TFLiteModel
 from .runtime import top1
-from .sparse import CSR, DENSITY_THRESHOLD, matmul
+from .sparse import CSR, matmul, pays
 
 __all__ = ["Step", "Tail"]
 
@@ -96,8 +96,8 @@ class Tail:
     output_tensor: the model output the tail computes; layers: the FC layer names in order;
     weights / biases: float32 copies by layer name ([out, in] and [out]; zero biases where the
     model has none); steps: the ops in order; sparse: the layers multiplied as CSR matrices (those
-    whose weights are below sparse.DENSITY_THRESHOLD non-zeros; assign a subset to choose others,
-    as a benchmark comparing the paths does).
+    whose own weights sparse.pays for; assign another set to choose others, as a benchmark
+    comparing the paths does).
     """
 
     def __init__(self, input_tensor: int, input_shape: tuple, output_tensor: int, steps: list,
@@ -109,8 +109,7 @@ class Tail:
         self.layers = tuple(step.name for step in self.steps if step.kind == "fc")
         self.weights = weights
         self.biases = biases
-        self.sparse = frozenset(name for name, w in weights.items()
-                                if w.size and np.count_nonzero(w) < DENSITY_THRESHOLD * w.size)
+        self.sparse = frozenset(name for name, w in weights.items() if pays(w))
         self._csr: dict = {}  # the model's own weights as CSR, built on first use
 
     @classmethod

@@ -142,3 +142,9 @@ def test_a_sparse_candidate_changes_the_output_as_a_replaced_model_does(lenet300
     replaced = Tail.from_model(TFLiteModel(lenet300_pruned.replace({"fc2": w})), "fc1")
     np.testing.assert_array_equal(out, replaced.forward(h))
     assert not np.array_equal(out, tail.forward(h))
+
+
+def test_only_sparse_layers_with_enough_outputs_pay():
+    assert sparse.pays(pruned(300, 784, 0.08))
+    assert not sparse.pays(pruned(300, 784, 0.5))  # too dense
+    assert not sparse.pays(pruned(10, 4096, 0.05))  # too few outputs to repay transposing the input

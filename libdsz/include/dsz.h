@@ -292,6 +292,17 @@ size_t dsz_csrMatmul(float* y,                 /* output [n, rows], row-major */
                      size_t rows,              /* rows of W = outputs per sample */
                      const float* bias);       /* rows values added to each output, or NULL */
 
+/* The CSR form of a dense row-major matrix: its non-zeros (values other than +-0) row by row,
+ * columns increasing, as dsz_csrMatmul() takes them. Allocates nothing.
+ * Returns nnz, or an error code (DSZ_error_dstSize_tooSmall when more than capacity non-zeros). */
+size_t dsz_csrFromDense(int64_t* rowPtr,     /* output, rows + 1 offsets */
+                        int32_t* colIndex,   /* output, capacity column indices */
+                        float* values,       /* output, capacity values */
+                        size_t capacity,     /* room in colIndex and values */
+                        const float* w,      /* rows * cols values, C order */
+                        size_t rows,         /* matrix rows */
+                        size_t cols);        /* matrix columns, <= 2^31 */
+
 #ifdef __cplusplus
 }
 #endif

@@ -442,6 +442,16 @@ static void test_csr_matmul(void)
     }
     rowPtr[rows] = (int64_t)nnz;
     for (i = 0; i < n * cols; i++) x[i] = laplace(1.0);
+    { /* dsz_csrFromDense gives the same arrays, and refuses a short capacity */
+        int64_t* rp = (int64_t*)malloc(sizeof(int64_t) * (rows + 1));
+        int32_t* ci = (int32_t*)malloc(sizeof(int32_t) * nnz);
+        float* va = (float*)malloc(sizeof(float) * nnz);
+        CHECK(dsz_csrFromDense(rp, ci, va, nnz, w, rows, cols) == nnz);
+        CHECK(!memcmp(rp, rowPtr, sizeof(int64_t) * (rows + 1)) && !memcmp(ci, colIndex, sizeof(int32_t) * nnz));
+        CHECK(!memcmp(va, values, sizeof(float) * nnz));
+        CHECK(dsz_getErrorCode(dsz_csrFromDense(rp, ci, va, nnz - 1, w, rows, cols)) == DSZ_error_dstSize_tooSmall);
+        free(rp); free(ci); free(va);
+    }
     CHECK(dsz_csrMatmul(y, n * rows, x, n, cols, rowPtr, colIndex, values, nnz, rows, bias) == n * rows);
     for (i = 0; i < n; i++)
         for (o = 0; o < rows; o++) {
