@@ -49,13 +49,16 @@ DENSITIES = (0.01, 0.02, 0.04, 0.09, 0.15, 0.25, 0.35, 0.5)
 BOUND = 0.01  # the candidates' error bound (absolute), in the range DeepSZ sweeps
 
 
-def best(f, repeat: int) -> float:
-    times = []
+def best(repeat: int, *functions) -> list:
+    """The best time of each function over `repeat` rounds, the functions taking turns in each round
+    so that a burst of load from elsewhere on the (shared) machine hits them alike."""
+    times = [[] for _ in functions]
     for _ in range(repeat):
-        start = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for f, t in zip(functions, times):
+            start = time.perf_counter()
+            f()
+            t.append(time.perf_counter() - start)
+    return [min(t) for t in times]
 
 
 def tail_rows(repeat: int) -> list:
@@ -73,7 +76,7 @@ def tail_rows(repeat: int) -> list:
             whole = lambda: tail.forward(evaluator.h, weights)  # noqa: E731
             downstream = lambda: evaluator._outputs(weights, True)  # noqa: E731
             same = np.array_equal(whole().reshape(-1), downstream()[evaluator._tail_output].reshape(-1))
-            t_whole, t_down = best(whole, repeat), best(downstream, repeat)
+            t_whole, t_down = best(repeat, whole, downstream)
             rows.append({"model": f"{name} pruned", "layer": layer, "samples": len(evaluator.h),
                          "whole_per_s": 1 / t_whole, "downstream_per_s": 1 / t_down, "speedup": t_whole / t_down,
                          "identical": bool(same)})
@@ -90,8 +93,8 @@ def dense_copy(tail: Tail) -> Tail:
 def compare(name, samples, layer, evaluate, repeat, extra) -> dict:
     """Time and answers of evaluate(path) on the "dense" and "sparse" paths."""
     row = {"model": name, "layer": layer, "samples": samples}
-    for path in ("dense", "sparse"):
-        row[f"{path}_per_s"] = 1 / best(lambda: evaluate(path), repeat)
+    t_dense, t_sparse = best(repeat, lambda: evaluate("dense"), lambda: evaluate("sparse"))
+    row["dense_per_s"], row["sparse_per_s"] = 1 / t_dense, 1 / t_sparse
     row.update(extra())
     row["speedup"] = row["sparse_per_s"] / row["dense_per_s"]
     return row
@@ -187,9 +190,8 @@ def kernel_rows(repeat: int) -> list:
         w = pruned_matrix(rng, out, inp, density)
         v = np.maximum(rng.normal(size=(1000, inp)), 0).astype(np.float32)
         scipy_csr, csr = scipy_sparse.csr_matrix(w), sparse.CSR.from_dense(w)
-        t_dense = best(lambda: v @ w.T, repeat)
-        t_scipy = best(lambda: (scipy_csr @ v.T).T, repeat)
-        t_dsz = best(lambda: sparse.matmul(v, csr), repeat)
+        t_dense, t_scipy, t_dsz = best(repeat, lambda: v @ w.T, lambda: (scipy_csr @ v.T).T,
+                                       lambda: sparse.matmul(v, csr))
         rows.append({"layer": name, "shape": [out, inp], "density": density, "dense_ms": 1000 * t_dense,
                      "scipy_ms": 1000 * t_scipy, "libdsz_ms": 1000 * t_dsz, "libdsz_speedup": t_dense / t_dsz,
                      "scipy_speedup": t_dense / t_scipy,
@@ -205,7 +207,7 @@ def density_rows(repeat: int) -> list:
     for density in tqdm(DENSITIES, desc="density sweep", leave=False):
         w = pruned_matrix(rng, 4096, 4096, density)
         csr = sparse.CSR.from_dense(w)
-        t_dense, t_dsz = best(lambda: v @ w.T, repeat), best(lambda: sparse.matmul(v, csr), repeat)
+        t_dense, t_dsz = best(repeat, lambda: v @ w.T, lambda: sparse.matmul(v, csr))
         rows.append({"density": density, "dense_ms": 1000 * t_dense, "libdsz_ms": 1000 * t_dsz,
                      "speedup": t_dense / t_dsz})
     return rows

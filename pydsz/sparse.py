@@ -53,6 +53,16 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
+def _forget_pool() -> None:
+    global _pool
+    _pool = None
+
+
+# a forked child (a multiprocessing or Dask worker) has none of the parent's threads: it starts its own
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 @dataclass(frozen=True)
 class CSR:
     """A [rows, cols] float32 matrix by its non-zeros: row_ptr (int64, rows + 1), col_index (int32), values."""

@@ -148,3 +148,14 @@ def test_only_sparse_layers_with_enough_outputs_pay():
     assert sparse.pays(pruned(300, 784, 0.08))
     assert not sparse.pays(pruned(300, 784, 0.5))  # too dense
     assert not sparse.pays(pruned(10, 4096, 0.05))  # too few outputs to repay transposing the input
+
+
+def test_matmul_works_in_a_forked_child():
+    import multiprocessing
+
+    w = pruned(200, 300, 0.05)
+    x = np.random.default_rng(2).normal(size=(400, 300)).astype(np.float32)
+    csr = sparse.CSR.from_dense(w)
+    expected = sparse.matmul(x, csr, n_threads=2)  # the parent's pool exists before the fork
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        np.testing.assert_array_equal(pool.apply(sparse.matmul, (x, csr, None, 2)), expected)
