@@ -215,6 +215,7 @@ def density_rows(repeat: int) -> list:
 
 def plot(rows: list, path: str) -> None:
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -225,6 +226,9 @@ def plot(rows: list, path: str) -> None:
     ax.set_xlabel("density of the layer (% non-zeros)")
     ax.set_ylabel("speed-up over dense BLAS")
     ax.set_yscale("log")
+    ax.set_yticks([0.25, 0.5, 1, 2, 4, 8, 16])
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_title(f"4096x4096 layer, 1,000 samples, {sparse.threads()} threads each")
     ax.legend()
     fig.tight_layout()

@@ -159,3 +159,14 @@ def test_matmul_works_in_a_forked_child():
     expected = sparse.matmul(x, csr, n_threads=2)  # the parent's pool exists before the fork
     with multiprocessing.get_context("fork").Pool(1) as pool:
         np.testing.assert_array_equal(pool.apply(sparse.matmul, (x, csr, None, 2)), expected)
+
+
+def test_matmul_uses_as_many_threads_as_blas_is_told(monkeypatch):
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert sparse.threads() == 3
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert sparse.threads() == 1
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert sparse.threads() >= 1
