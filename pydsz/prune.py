@@ -287,6 +287,7 @@ class PruneResult:
     top1_after: Optional[float]
     method: str = "retrain"  # "retrain" (masked retraining of the FC tail) or "oneshot" (pydsz.oneshot)
     seconds: dict[str, float] = field(default_factory=dict)  # oneshot: time per pruned layer
+    notes: list[str] = field(default_factory=list)  # oneshot auto: what it judged by, and sample warnings
 
 
 def tail_layers(tail) -> list[Dense]:
