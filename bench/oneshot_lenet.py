@@ -62,12 +62,13 @@ def summarize(info: dict, max_loss: float) -> dict:
     best = bench.ours_at(points, max_loss)
     dc = next(p for p in points if p["method"] == bench.DC and p["setting"] == 32)
     ours = bench.ours_at(points, dc["test_loss"])
+    interpolated = bench.ours_interpolated(points, dc["test_loss"])
     return {"pruned_test_loss": info["pruned"]["test_loss"], "pruned_val_loss": info["pruned"]["val_loss"],
             "ours_within": best and {k: best[k] for k in ("setting", "ratio", "val_loss", "test_loss")},
             "dc32": {k: dc[k] for k in ("ratio", "val_loss", "test_loss")},
             "ours_at_dc_loss": ours and {k: ours[k] for k in ("setting", "ratio", "test_loss")},
             "over_dc": ours["ratio"] / dc["ratio"] if ours else None,
-            "over_dc_interpolated": bench._over(bench.ours_interpolated(points, dc["test_loss"]), dc["ratio"]),
+            "over_dc_interpolated": interpolated / dc["ratio"] if interpolated else None,
             "dc_curve": [{k: p[k] for k in ("setting", "ratio", "test_loss")} for p in points
                          if p["method"] == bench.DC],
             "ours_curve": [{k: p[k] for k in ("setting", "ratio", "val_loss", "test_loss")} for p in points
