@@ -13,7 +13,7 @@ measures a few bounds early that turn out not to be needed), and the cluster's p
 workers, by running the same assessment code on a simulated cluster whose tasks take the measured
 times plus the overhead.
 
-Usage: python3 bench/cluster.py [--model M.tflite|multitask --data D.npz --metric NAME --max-loss X]
+Usage: python3 bench/cluster.py [--samples N | --model M.tflite|multitask --data D.npz --metric NAME --max-loss X]
 """
 import argparse
 import heapq
@@ -30,9 +30,10 @@ import numpy as np  # noqa: E402
 from machine import machine_info  # noqa: E402
 from pydsz import executor, metrics  # noqa: E402
 from pydsz.assess import Evaluator, Point, assess, compressible_layers  # noqa: E402
-from pydsz.data import bundled, load_data, load_npz  # noqa: E402
+from pydsz.data import bundled, fashion_mnist, load_data, load_npz, split_validation  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
 from pydsz.pipeline import allowed_loss  # noqa: E402
+from pydsz.prune import magnitude_mask  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 PROJECTED = (2, 8, 32, 128)
@@ -81,13 +82,18 @@ class Simulated:
             on_result(args, self.points.get(args, Point(args[0], args[1], 0, 0, 0, float("inf"))))
 
 
-def default_model():
-    """The pruned AlexNet-shaped model and 1,000 validation images (bench/make_large_models.py)."""
+def default_model(samples: int):
+    """The AlexNet-shaped model (bench/make_large_models.py) magnitude-pruned to the paper's sparsities
+    (fc6/fc7 91%, fc8 75%; no retraining: the assessment's work is what is measured here), and
+    `samples` Fashion-MNIST validation images."""
     import make_large_models
 
-    path = make_large_models.pruned_path("alexnet")
-    x, y = make_large_models.validation("alexnet", 1000)
-    return path, x, y
+    path = make_large_models.model_path("alexnet")
+    model = TFLiteModel(path.read_bytes())
+    pruned = model.replace({name: model.weight(name) * magnitude_mask(model.weight(name), sparsity)
+                            for name, sparsity in (("fc1", 0.91), ("fc2", 0.91), ("fc3", 0.75))})
+    _, (x, y) = split_validation(*fashion_mnist("train"))
+    return "alexnet (pruned 91/91/75%)", pruned, x[:samples, ..., None].astype(np.float32), y[:samples]
 
 
 def multitask_data():
@@ -104,25 +110,27 @@ def main() -> int:
     parser.add_argument("--data", default=None, help=".npz (default: 1,000 validation images)")
     parser.add_argument("--metric", default=None, help="default: top1 for the AlexNet-shaped model, output-error for multitask")
     parser.add_argument("--max-loss", type=float, default=None, help="default: 0.003 (top1) or 0.01 (output-error)")
-    parser.add_argument("--layers", default="all")
+    parser.add_argument("--layers", default=None, help="default: fc for the AlexNet-shaped model, all for the others")
+    parser.add_argument("--samples", type=int, default=1000, help="validation images for the default model")
     parser.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "cluster.json"))
     args = parser.parse_args()
     if args.model is None:
-        path, x, y = default_model()
+        label, model, x, y = default_model(args.samples)
         metric = metrics.get(args.metric or "top1")
     else:
         path = str(bundled("multitask.tflite")) if args.model == "multitask" else args.model
+        label, model = os.path.basename(path), open(path, "rb").read()
         metric = metrics.get(args.metric or "output-error")
-    model = open(path, "rb").read()
+        if args.model == "multitask" and args.data is None:
+            x, y = multitask_data(), None
+        elif args.data is None:
+            parser.error("--data is needed with --model")
+        else:
+            x, y = load_data(args.data, TFLiteModel(model))
     parsed = TFLiteModel(model)
-    if args.data is not None:
-        x, y = load_data(args.data, parsed)
-    elif args.model == "multitask":
-        x, y = multitask_data(), None
-    elif args.model is not None:
-        parser.error("--data is needed with --model")
     max_loss = args.max_loss if args.max_loss is not None else metric.default_max_loss
-    names = [layer.name for layer in compressible_layers(parsed, args.layers)]
+    layers = args.layers or ("fc" if args.model is None else "all")
+    names = [layer.name for layer in compressible_layers(parsed, layers)]
     evaluator = Evaluator(model, x, y, names, metric=metric)
     budget = allowed_loss(metric, max_loss, evaluator.samples)
 
@@ -167,7 +175,7 @@ def main() -> int:
         same = assess(evaluator, names, budget, executor=simulated) == reference
         projection.append({"workers": w, "seconds": simulated.clock, "evaluations": simulated.tasks, "identical": same})
 
-    print(f"{os.path.basename(path)}: {len(names)} layers, {evaluator.samples} samples, metric {metric.name} "
+    print(f"{label}: {len(names)} layers, {evaluator.samples} samples, metric {metric.name} "
           f"at {max_loss:g}; {rows[0]['evaluations']} evaluations")
     print(format_table(["executor", "assessment s", "vs 1 worker", "start-up s", "evaluations", "same points"],
                        [[r["executor"], f"{r['seconds']:.1f}", f"{r['speedup']:.2f}x",
@@ -184,7 +192,7 @@ def main() -> int:
     target = next(r for r in rows if r["workers"] == 2)["speedup"]
     print(f"{'MET' if target >= 1.7 else 'NOT MET'}  2 workers at least 1.7x 1 worker: {target:.2f}x")
     with open(args.json, "w") as f:
-        json.dump({"model": os.path.basename(path), "layers": names, "samples": evaluator.samples,
+        json.dump({"model": label, "layers": names, "samples": evaluator.samples,
                    "metric": metric.name, "max_loss": max_loss, "machine": machine_info(), "runs": rows,
                    "per_layer_seconds": per_layer, "per_task_overhead_s": per_task, "projection": projection},
                   f, indent=1)

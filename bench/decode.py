@@ -124,8 +124,11 @@ def bench_dtypes(weights, repeat: int) -> list:
             "np_full": lambda: [np.full(s, 1, dtype) for s in shapes],
         }, repeat)
         info = pydsz.load(packed).info()["compressed_tensors"]
+        nnz = sum(int(np.count_nonzero(w)) for w in weights)
         rows.append({"dtype": dtype, "bound": str(bound), "model_bytes": len(model), "file_bytes": len(packed),
-                     "ratio": info["ratio"], "time_s": best, "vs_fill": best["pydsz"] / best["np_full"]})
+                     "ratio": info["ratio"], "time_s": best, "vs_fill": best["pydsz"] / best["np_full"],
+                     "nonzeros": nnz, "ns_per_nonzero": 1e9 * best["pydsz"] / nnz,
+                     "fill_ns_per_nonzero": 1e9 * best["np_full"] / nnz})
     return rows
 
 
@@ -287,10 +290,12 @@ def print_results(rows: list, repeat: int) -> None:
 def print_dtypes(rows: list, repeat: int) -> None:
     print(f"\nstored dtypes: decoding into the model's bytes against np.full of as many values of the dtype "
           f"(ms; best of {repeat}, alternating)")
-    print(format_table(["dtype", "bound", "model MB", "file MB", "ratio", "pydsz", "np.full", "pydsz/np.full"],
+    print(format_table(["dtype", "bound", "model MB", "file MB", "ratio", "pydsz", "np.full", "pydsz/np.full",
+                        "pydsz ns/non-zero", "np.full ns/non-zero"],
                        [[r["dtype"], r["bound"], f"{r['model_bytes'] / 1e6:.1f}", f"{r['file_bytes'] / 1e6:.2f}",
                          f"{r['ratio']:.1f}x", f"{1e3 * r['time_s']['pydsz']:.0f}",
-                         f"{1e3 * r['time_s']['np_full']:.0f}", f"{r['vs_fill']:.2f}x"] for r in rows]))
+                         f"{1e3 * r['time_s']['np_full']:.0f}", f"{r['vs_fill']:.2f}x",
+                         f"{r['ns_per_nonzero']:.1f}", f"{r['fill_ns_per_nonzero']:.1f}"] for r in rows]))
 
 
 def check_targets(rows: list, dtype_rows: list = ()) -> list:

@@ -350,3 +350,51 @@ cdef class BytesWriter:
             raise ValueError("views of the bytes are still held")
         data, self.data = self.data, None
         return data
+
+
+# ---- sparse matrix products (pydsz.sparse) ----
+
+from libc.stdint cimport int32_t, int64_t
+
+cdef extern from "dsz.h" nogil:
+    size_t dsz_csrMatmul(float* y, size_t cap, const float* x, size_t n, size_t cols,
+                         const int64_t* rowPtr, const int32_t* colIndex, const float* values,
+                         size_t nnz, size_t rows, const float* bias)
+    size_t dsz_csrFromDense(int64_t* rowPtr, int32_t* colIndex, float* values, size_t capacity,
+                            const float* w, size_t rows, size_t cols)
+
+
+def csr_matmul(const float[:, ::1] x, const int64_t[::1] row_ptr, const int32_t[::1] col_index,
+               const float[::1] values, const float[::1] bias, float[:, ::1] out):
+    """out[:] = x @ W.T + bias for W in CSR with len(row_ptr) - 1 rows and x.shape[1] columns
+    (libdsz validates the CSR); bias may be empty (none)."""
+    cdef size_t rows = row_ptr.shape[0] - 1 if row_ptr.shape[0] else 0
+    cdef size_t r
+    if row_ptr.shape[0] == 0 or out.shape[0] != x.shape[0] or <size_t>out.shape[1] != rows \
+            or values.shape[0] != col_index.shape[0] or (bias.shape[0] and <size_t>bias.shape[0] != rows):
+        raise ValueError(f"csr_matmul: x ({x.shape[0]}, {x.shape[1]}), {row_ptr.shape[0]} row pointers, "
+                         f"{col_index.shape[0]} indices, {values.shape[0]} values, bias {bias.shape[0]}, "
+                         f"out ({out.shape[0]}, {out.shape[1]}) do not fit together")
+    if x.shape[0] == 0 or rows == 0:
+        return
+    cdef const float* b = &bias[0] if bias.shape[0] else NULL
+    cdef const int32_t* ci = &col_index[0] if col_index.shape[0] else NULL
+    cdef const float* vp = &values[0] if values.shape[0] else NULL
+    with nogil:
+        r = dsz_csrMatmul(&out[0, 0], out.shape[0] * out.shape[1], &x[0, 0], x.shape[0], x.shape[1],
+                          &row_ptr[0], ci, vp, col_index.shape[0], rows, b)
+    check(r, "csr_matmul")
+
+
+def csr_from_dense(const float[:, ::1] w, int64_t[::1] row_ptr, int32_t[::1] col_index, float[::1] values):
+    """Fill the CSR arrays (rows + 1 pointers, room for the non-zeros) from w; returns nnz."""
+    cdef size_t r
+    if <size_t>row_ptr.shape[0] != <size_t>w.shape[0] + 1 or values.shape[0] != col_index.shape[0]:
+        raise ValueError(f"csr_from_dense: {row_ptr.shape[0]} row pointers for {w.shape[0]} rows, "
+                         f"{col_index.shape[0]} indices, {values.shape[0]} values")
+    cdef int32_t* ci = &col_index[0] if col_index.shape[0] else NULL
+    cdef float* vp = &values[0] if values.shape[0] else NULL
+    cdef const float* wp = &w[0, 0] if w.shape[0] and w.shape[1] else NULL
+    with nogil:
+        r = dsz_csrFromDense(&row_ptr[0], ci, vp, col_index.shape[0], wp, w.shape[0], w.shape[1])
+    return check(r, "csr_from_dense")

@@ -186,8 +186,10 @@ def run(
     progress: bool = False,
     num_threads: Optional[int] = None,
     device: str = "cpu",
+    pruned: Optional[bytes] = None,
 ) -> dict:
-    """Prune (when `train` and `sparsity` are given), then run every method; returns the results,
+    """Prune (when `train` and `sparsity` are given; or take `pruned`, the model as pruned elsewhere,
+    e.g. one-shot, its losses still counted from `tflite_bytes`), then run every method; returns the results,
     JSON-ready: the models' values in the metric (pydsz.metrics; top-1 by default, max_loss in its
     unit, None: its default), every point of every curve, the main rows and the comparisons.
     device ("cpu" or "gpu"): where pruning retrains and pydsz's and DeepSZ's assessments run the tail."""
@@ -213,7 +215,9 @@ def run(
                   "samples": {"val": len(judges[0].base), "test": len(judges[1].base)}}
     info["original"] = {"val_value": metric.value(float(np.mean(judges[0].base))),
                         "test_value": metric.value(float(np.mean(judges[1].base))), "file_bytes": len(original)}
-    pruned, prune_s = original, 0.0
+    if pruned is not None and train is not None:
+        raise InputError("give the training data to prune with, or a model pruned elsewhere, not both")
+    pruned, prune_s = (original if pruned is None else bytes(pruned)), 0.0
     if train is not None:
         start = time.perf_counter()
         pruned = prune_model(original, train, val, sparsity, epochs=epochs, distill=distill, progress=progress,

@@ -238,19 +238,27 @@ def cmd_prune(args) -> None:
     from . import cache
     from .container import write_atomic
     from .data import load_npz
-    from .errors import InputError
     from .oneshot import hessian_note, prune_model as prune_oneshot
     from .prune import prune_model
 
     cache.set_limit(args.max_cache_memory)
     model = load_tflite(args.model)
     if args.method == "oneshot":
-        val = load_npz(args.data, need_labels=False)  # labels only to report (and for --sparsity auto)
-        calibration = load_npz(args.train, need_labels=False)[0] if args.train else val[0]
+        from .data import load_data
+        from .model import TFLiteModel
+
+        # an .npz (labels only to report and to judge --sparsity auto by) or a directory of images
+        val = _data(args, model)
+        calibration = (load_data(args.train, TFLiteModel(model), normalize=args.normalize)[0] if args.train
+                       else val[0])
         kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
         result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds, auto_budget=args.auto_budget,
-                               progress=not args.quiet, num_threads=args.num_threads)
+                               metric=args.metric, output=args.model_output, progress=not args.quiet,
+                               num_threads=args.num_threads)
     else:
+        if args.normalize is not None or args.metric is not None or args.model_output is not None:
+            raise InputError("--normalize, --metric and --model-output are for --method oneshot; --method retrain "
+                             "takes .npz files with labels and judges by top-1")
         if not args.train:
             raise InputError("--method retrain needs --train (training .npz); --method oneshot needs none")
         if args.layers != "fc":
@@ -271,6 +279,8 @@ def cmd_prune(args) -> None:
         if result.seconds:
             print("seconds per layer: " + ", ".join(f"{k}={v:.2f}" for k, v in result.seconds.items()))
             print(f"Hessian memory: {hessian_note(model, result.pruned)}")
+        for note in result.notes:
+            print(note)
         if result.top1_before is not None:
             print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
         print(f"wrote {args.output}; peak memory {_peak_memory()}")
@@ -457,8 +467,10 @@ def _add_pipeline_commands(sub) -> None:
     p.add_argument("model", help="input .tflite model")
     p.add_argument("--method", choices=["retrain", "oneshot"], default="retrain",
                    help="retrain (needs --train) or oneshot (calibrates on --train when given, else on --data)")
-    p.add_argument("--train", help="training .npz with arrays x and y (retrain: required; oneshot: calibration set)")
-    p.add_argument("--data", required=True, help="validation .npz with arrays x and y")
+    p.add_argument("--train", help="training .npz with arrays x and y (retrain: required; oneshot: calibration set, "
+                   "an .npz or a directory of images, no labels needed)")
+    _add_data_arguments(p, "validation .npz with arrays x and y (oneshot: labels optional, or a directory of images)")
+    _add_metric_arguments(p)
     p.add_argument("--sparsity", type=_prune_sparsity, required=True,
                    help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (per layer, largest first, "
                    "within --auto-budget), or n:m such as 2:4 (oneshot: n of every m consecutive inputs)")
@@ -466,8 +478,9 @@ def _add_pipeline_commands(sub) -> None:
                    help="which layers to prune (default fc; conv and all need --method oneshot)")
     _add_retraining_arguments(p)
     p.add_argument("--auto-budget", type=float, default=0.001,
-                   help="validation top-1 loss `auto` may spend, one standard deviation of noise kept in hand; "
-                   "retrain checks it again after the full retraining (default 0.001)")
+                   help="the loss `auto` may spend on --data, one standard deviation of noise kept in hand: top-1 "
+                   "for retrain (which checks it again after the full retraining); for oneshot in --metric's unit "
+                   "(default 0.001)")
     _add_device_argument(p)
     _add_cache_argument(p)
     _add_output_arguments(p, "output .tflite file")

@@ -292,6 +292,21 @@ class TFLiteModel:
         source = self.tensors[producer.inputs[0]]
         return source if self._has_data(source) and source.type == "FLOAT16" else None
 
+    def _computed_by(self, tensor: int) -> str:
+        """How a weight without constant data is computed, followed back to its sources: the op
+        nearest the weight alone says too little (DEQUANTIZE of a DENSIFY'd sparse constant)."""
+        producers = {t: op for op in self.ops for t in op.outputs}
+        chain = []
+        while tensor in producers and len(chain) < 8 and producers[tensor].inputs:
+            chain.append(producers[tensor].name)
+            tensor = producers[tensor].inputs[0]
+        if not chain:
+            return "not a constant"
+        text = "computed by a " + " op from a ".join(chain) + " op"
+        if "DENSIFY" in chain:
+            text += " (sparse-format weights are kept lossless)"
+        return text
+
     def _has_data(self, t: Tensor) -> bool:
         # converters may give a computed tensor an empty buffer of its own rather than buffer 0
         return t.buffer != 0 and self._buffers[t.buffer][0] >= 0 and self._buffers[t.buffer][1] > 0
@@ -340,9 +355,7 @@ class TFLiteModel:
 
     def _skip_reason(self, w: Tensor, stored: Optional[Tensor], nbytes: int, weight_tensors: set) -> str:
         if stored is None or nbytes == 0:
-            producer = next((op.name for op in self.ops if w.index in op.outputs), None)
-            source = f"computed by a {producer} op" if producer else "not a constant"
-            return f"weight tensor {w.index} ({w.name!r}) has no constant data: {source}"
+            return f"weight tensor {w.index} ({w.name!r}) has no constant data: {self._computed_by(w.index)}"
         if stored.type not in _STORED_TYPES:
             return f"{stored.type} weights are kept lossless (float32, float16, int8 and uint8 weights are compressed)"
         if stored.type in INTEGER_TYPES:

@@ -310,64 +310,95 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
 def prune_model(
     tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.ndarray, Optional[np.ndarray]],
     sparsity: Union[float, Mapping[str, float], tuple[int, int], str], *, kinds: Sequence[str] = ("fc",),
-    auto_budget: float = 0.001, progress: bool = False, num_threads: int | None = None,
+    auto_budget: float = 0.001, metric=None, output: Optional[str] = None, progress: bool = False,
+    num_threads: int | None = None,
 ) -> PruneResult:
     """Prune the layers of `kinds` one-shot (pydsz.oneshot: SparseGPT from calibration inputs, no
     training). sparsity: a fraction, {layer: fraction}, an n:m pattern (n, m), or "auto" (as
-    auto_sparsity decides, on one-shot trials; needs the validation labels). The labels, when
-    given, also measure top-1 before and after."""
+    auto_sparsity decides, on one-shot trials judged on `val` by `metric`: a pydsz.metrics spec, by
+    default top1 with labels, expected-top1 without for a classifier, output-error otherwise;
+    auto_budget is in the metric's unit). The labels, when given, also measure top-1 before and after."""
+    from pydsz import metrics
+
     x_val, y_val = val
 
     def top1(model: bytes) -> Optional[float]:
         return None if y_val is None else runtime.accuracy(model, x_val, y_val, num_threads=num_threads)
 
     nm = sparsity if isinstance(sparsity, tuple) else None
+    notes: list[str] = []
     if sparsity == "auto":
-        if y_val is None:
-            raise InputError("sparsity auto needs validation labels to judge the pruning by")
-        sparsity = _oneshot_auto(tflite_bytes, calibration, (x_val, np.asarray(y_val)), kinds, auto_budget,
-                                 progress, num_threads)
+        if metric is None:
+            judge_by, why = metrics.default(TFLiteModel(tflite_bytes), y_val is not None, output)
+            notes.append(f"auto judged by {judge_by.spec} ({why})")
+        else:
+            judge_by = metrics.get(metric, output)
+            notes.append(f"auto judged by {judge_by.spec}")
+        sparsity, warnings = _oneshot_auto(tflite_bytes, calibration, val, kinds, judge_by, auto_budget,
+                                           progress, num_threads)
+        notes += warnings
     elif isinstance(sparsity, str):
         raise InputError(f"sparsity {sparsity!r}: give a fraction, name=value pairs, n:m or auto")
     result = prune_layers(tflite_bytes, calibration, 0.0 if nm else sparsity, kinds=kinds, nm=nm,
                           progress=progress, num_threads=num_threads)
     return PruneResult(result.tflite, result.sparsity, result.pruned, result.already_sparse,
-                       top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds)
+                       top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds, notes)
 
 
-def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.ndarray, np.ndarray],
-                  kinds: Sequence[str], budget: float, progress: bool, num_threads: int | None) -> dict[str, float]:
+def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kinds: Sequence[str], metric,
+                  budget: float, progress: bool, num_threads: int | None) -> tuple[dict[str, float], list[str]]:
     """auto_sparsity's search with one-shot trials: per layer, largest first, the highest rung of
-    AUTO_LADDER whose validation loss stays within `budget` with AUTO_MARGIN standard deviations of
-    noise in hand. Nothing retrains, so every trial is judged against the unpruned model: the
-    layers share one budget."""
+    AUTO_LADDER whose loss on `val` (pydsz.metrics, paired with the unpruned model's per sample)
+    stays within `budget` with AUTO_MARGIN standard deviations of noise in hand, the noise as
+    compress counts it (McNemar's for top-1). Nothing retrains, so every trial is judged against the
+    unpruned model: the layers share one budget. Returns the sparsities and the warnings about
+    samples too few to resolve the budget (InputError where they cannot resolve it at all)."""
     from tqdm import tqdm
 
+    from pydsz.pipeline import allowed_loss, resolution_warnings
+
     x_val, y_val = val
-    allowed = int(budget * len(y_val) + 1e-6)
     model = TFLiteModel(tflite_bytes)
+    keys = [d["key"] for d in model.output_details()]
+    reference = runtime.outputs(tflite_bytes, x_val, keys, num_threads=num_threads)
+    if metric.needs_labels and y_val is None:
+        raise InputError(f"sparsity auto judged by {metric.name} needs labels (an .npz with 'y'); without them "
+                         "judge by a metric that compares with the unpruned model (expected-top1, output-error)")
+    metric.check(reference, y_val)
+    base = metric.losses(reference, reference, y_val)
+    n = len(base)
+    warnings = resolution_warnings(metric, budget, n, AUTO_MARGIN)
+    allowed = allowed_loss(metric, budget, n)
     layers = [l for l in selectable(model, kinds) if 1 - density(model.weight(l)) < ALREADY_SPARSE]
 
-    def hits(targets: dict) -> np.ndarray:
-        pruned = (prune_layers(tflite_bytes, calibration, targets, kinds=kinds, num_threads=num_threads).tflite
-                  if targets else tflite_bytes)
-        out = runtime.predict(pruned, x_val, num_threads=num_threads)
-        return np.argmax(out.reshape(len(out), -1), axis=1) == y_val
+    def trial(targets: dict) -> tuple[bool, float]:
+        """(within the budget with the margin, the noise of the summed loss)."""
+        pruned = prune_layers(tflite_bytes, calibration, targets, kinds=kinds, num_threads=num_threads).tflite
+        losses = metric.losses(runtime.outputs(pruned, x_val, keys, num_threads=num_threads), reference, y_val)
+        noise = metric.noise(losses, base)
+        return float(np.sum(losses - base)) + AUTO_MARGIN * noise <= allowed, noise
 
     order = by_size([l.name for l in layers], {l.name: int(np.prod(l.shape)) for l in layers})
     chosen: dict[str, float] = {}
-    reference = hits({})
     for name in tqdm(order, desc="auto sparsity", unit="layer", disable=not progress, leave=False):
         lo, hi = 0, len(AUTO_LADDER)  # AUTO_LADDER[:lo] passed, [hi:] failed
         while lo < hi:
             mid = (lo + hi) // 2
-            safe, flips = judge(reference, hits({**chosen, name: AUTO_LADDER[mid]}), allowed, AUTO_MARGIN)
+            safe, noise = trial({**chosen, name: AUTO_LADDER[mid]})
             lo, hi = (mid + 1, hi) if safe else (lo, mid)
         if lo:
             chosen[name] = AUTO_LADDER[lo - 1]
-        elif name == order[0] and AUTO_MARGIN * np.sqrt(flips) > allowed:
-            raise noise_error(name, len(y_val), budget, flips, AUTO_MARGIN)
-    return chosen
+        elif name == order[0] and AUTO_MARGIN * noise > allowed:
+            # the last trial was the ladder's first rung: its noise alone exceeds the budget
+            if metric.discrete:
+                raise noise_error(name, n, budget, int(round(noise ** 2)), AUTO_MARGIN)
+            # the noise of a sum grows with sqrt(n), the budget with n
+            need = int(np.ceil((AUTO_MARGIN * noise / (metric.budget(budget) * n)) ** 2 * n))
+            raise InputError(f"validation set of {n} samples too small for a budget of {budget:g} ({metric.name}): "
+                             f"pruning {name}, the largest layer, by {AUTO_LADDER[0]} changes the summed loss by a "
+                             f"noise of {noise:.3g} against {allowed:.3g} allowed; give about {need} samples or a "
+                             "larger budget")
+    return chosen, warnings
 
 
 class Compensator:

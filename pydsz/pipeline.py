@@ -23,6 +23,7 @@ from pydsz import container, metrics, runtime
 from pydsz.assess import Evaluator, Point, assess, compressible_layers
 from pydsz.executor import Local
 from pydsz.errors import InputError
+from pydsz.model import INTEGER_TYPES
 from pydsz.model import TFLiteModel
 from pydsz.optimize import Option, Plan, loss_unit, minimize_loss, minimize_size
 
@@ -39,6 +40,7 @@ class LayerResult:
     index_bytes: int
     stream_bytes: int
     loss: float  # measured with this layer alone compressed at `bound`, in the metric's unit
+    bound_unit: str = "absolute"  # "steps": the bound counts quantization steps of an int8/uint8 layer
 
     @property
     def ratio(self) -> float:
@@ -338,6 +340,7 @@ def _layer_results(model: TFLiteModel, chosen: list, bounds: dict, table: dict, 
             name=layer.name, shape=tuple(layer.shape), density=float(np.count_nonzero(w)) / w.size,
             bound=point.bound, original_bytes=layer.nbytes, data_bytes=point.data_bytes,
             index_bytes=point.index_bytes, stream_bytes=point.size, loss=point.loss / n,
+            bound_unit="steps" if layer.stored_dtype in INTEGER_TYPES else "absolute",
         ))
     return out
 

@@ -369,6 +369,7 @@ class PruneResult:
     top1_after: Optional[float]
     method: str = "retrain"  # "retrain" (masked retraining of the FC tail) or "oneshot" (pydsz.oneshot)
     seconds: dict[str, float] = field(default_factory=dict)  # oneshot: time per pruned layer
+    notes: list[str] = field(default_factory=list)  # oneshot auto: what it judged by, and sample warnings
 
 
 def tail_layers(tail) -> list[Dense]:
@@ -595,3 +596,35 @@ def _bias_buffers(model, layers: Sequence[Dense]) -> dict[int, Dense]:
             if buffer and readers.get(buffer) == 1 and model.constant(layer.bias) is not None:
                 out[buffer] = l
     return out
+
+
+def retrain_masked(tflite_bytes: bytes, teacher_bytes: bytes, train: tuple[np.ndarray, np.ndarray],
+                   val: tuple[np.ndarray, np.ndarray], *, epochs: float = 8, distill: float = 0.5, seed: int = 0,
+                   progress: bool = False, num_threads: int | None = None, device: str = "cpu") -> PruneResult:
+    """Retrain the FC tail of a model pruned elsewhere (one-shot: pydsz.oneshot), its zeros held as
+    the masks, distilling from `teacher_bytes` (the unpruned model of the same graph). Where one-shot
+    pruning chose the masks and compensated the weights, this starts from there rather than from
+    magnitude masks on the dense weights."""
+    from pydsz import runtime
+    from pydsz.model import TFLiteModel
+    from pydsz.tail import Tail
+
+    model = TFLiteModel(bytes(tflite_bytes))
+    fcs = [l for l in model.layers(("fc",)) if l.compressible and not l.shared_with]
+    if not fcs:
+        raise InputError("the model has no FC layer to retrain (float32 constant weights used by one layer)")
+    (x, y), (x_val, y_val) = train, val
+    tail = Tail.from_model(model, fcs[0].name, strict=True)
+    layers = tail_layers(tail)
+    storable = _bias_buffers(model, layers)
+    for l in layers:
+        l.train_bias = model.layer(l.name).bias is not None and model.tensors[model.layer(l.name).bias].buffer in storable
+    teacher = tail_layers(Tail.from_model(TFLiteModel(bytes(teacher_bytes)), fcs[0].name, strict=True))
+    h = runtime.capture(model.data, x, tail.input_tensor, num_threads=num_threads)
+    layers = retrain(layers, _masks(layers, {}), h, np.asarray(y), epochs=epochs, seed=seed, progress=progress,
+                     teacher=teacher if distill else None, distill=distill, device=device)
+    biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
+    out = model.replace({**{l.name: l.weight for l in layers}, **biases})
+    return PruneResult(out, {l.name: 1 - density(l.weight) for l in layers}, [], [],
+                       runtime.accuracy(model.data, x_val, y_val, num_threads=num_threads),
+                       runtime.accuracy(out, x_val, y_val, num_threads=num_threads), "oneshot+retrain")

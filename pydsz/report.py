@@ -25,7 +25,7 @@ def to_dict(result: Result, extra: Optional[dict] = None) -> dict:
     out = {
         "metric": metric_dict(result),
         "layers": [
-            {"name": l.name, "shape": list(l.shape), "density": l.density, "bound": l.bound,
+            {"name": l.name, "shape": list(l.shape), "density": l.density, "bound": l.bound, "bound_unit": l.bound_unit,
              "original_bytes": l.original_bytes, "data_bytes": l.data_bytes, "index_bytes": l.index_bytes,
              "stream_bytes": l.stream_bytes, "ratio": l.ratio, "measured_loss_alone": l.loss}
             for l in result.layers
@@ -56,10 +56,17 @@ def _value(result: Result, value: float) -> str:
     return f"{100 * value:.2f}%" if result.metric.discrete else f"{value:.4g}"
 
 
+def _bound(layer) -> str:
+    """A layer's bound as `dsz pack -e` takes it: a value, or steps ("2q") of an int8/uint8 layer."""
+    if layer.bound == 0:
+        return "lossless"
+    return f"{layer.bound:g}q" if layer.bound_unit == "steps" else f"{layer.bound:.3g}"
+
+
 def layer_table(result: Result) -> str:
     """Per layer: shape, density, bound, data bytes, index bytes, ratio, measured loss (alone)."""
     unit = "points" if result.metric.discrete else result.metric.name
-    rows = [[l.name, "x".join(map(str, l.shape)), f"{l.density:.3f}", "lossless" if l.bound == 0 else f"{l.bound:.3g}",
+    rows = [[l.name, "x".join(map(str, l.shape)), f"{l.density:.3f}", _bound(l),
              l.data_bytes, l.index_bytes, f"{l.ratio:.1f}x", _loss(result, l.loss)] for l in result.layers]
     return format_table(["layer", "shape", "density", "bound", "data B", "index B", "ratio", f"loss ({unit})"], rows)
 

@@ -13,6 +13,11 @@ next op (a RESHAPE whose shape is computed from its input, as a dynamic Flatten'
 qualify; one before the start layer does not matter). `Tail.from_model` returns None when the
 tail is anything else (the caller then falls back to the interpreter); with strict=True it
 raises InputError saying why.
+
+Pruned layers are multiplied by their non-zeros (pydsz.sparse, libdsz's CSR kernel) when the
+model's own weights are sparse enough to gain from it. That choice is made once per layer, from
+the model's weights, never per call: a layer's baseline and its candidates then go through the
+same kernel, and the rounding of one against the other's never shows up as a loss.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 from .errors import InputError
 from .model import TFLiteModel
 from .runtime import top1
+from .sparse import CSR, matmul, pays
 
 __all__ = ["Step", "Tail"]
 
@@ -89,7 +95,9 @@ class Tail:
     input_tensor: the tensor to capture (the first layer's input); input_shape: its sample shape;
     output_tensor: the model output the tail computes; layers: the FC layer names in order;
     weights / biases: float32 copies by layer name ([out, in] and [out]; zero biases where the
-    model has none); steps: the ops in order.
+    model has none); steps: the ops in order; sparse: the layers multiplied as CSR matrices (those
+    whose own weights sparse.pays for; assign another set to choose others, as a benchmark
+    comparing the paths does).
     """
 
     def __init__(self, input_tensor: int, input_shape: tuple, output_tensor: int, steps: list,
@@ -101,6 +109,8 @@ class Tail:
         self.layers = tuple(step.name for step in self.steps if step.kind == "fc")
         self.weights = weights
         self.biases = biases
+        self.sparse = frozenset(name for name, w in weights.items() if pays(w))
+        self._csr: dict = {}  # the model's own weights as CSR, built on first use
 
     @classmethod
     def from_model(cls, model: TFLiteModel, start: str, strict: bool = False) -> Optional["Tail"]:
@@ -256,6 +266,14 @@ class Tail:
             if w.shape != self.weights[name].shape:
                 raise InputError(f"weights for {name}: shape {w.shape} instead of {self.weights[name].shape}")
             matrices[name] = w
+        # a candidate's CSR is built once per call, before the chunks
+        for name in self.sparse:
+            if name in (weights or {}):
+                matrices[name] = CSR.from_dense(matrices[name])
+            else:
+                if name not in self._csr:
+                    self._csr[name] = CSR.from_dense(self.weights[name])
+                matrices[name] = self._csr[name]
         parts = [self._run(np.asarray(h[i:i + chunk], np.float32).reshape((-1,) + shape), matrices, stop, start)
                  for i in range(0, h.shape[0], chunk)]
         if not parts:
@@ -269,8 +287,12 @@ class Tail:
             if step.kind == "fc":
                 if step.name == stop:
                     return np.array(v, np.float32)  # a copy: never a view of the caller's h
-                v = v.reshape(n, -1) @ matrices[step.name].T
-                v += self.biases[step.name]
+                w = matrices[step.name]
+                if isinstance(w, CSR):
+                    v = matmul(v.reshape(n, -1), w, self.biases[step.name])
+                else:
+                    v = v.reshape(n, -1) @ w.T
+                    v += self.biases[step.name]
             elif step.kind == "activation":
                 v = self._activation(step, v)
                 continue

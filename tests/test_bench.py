@@ -117,6 +117,18 @@ def test_pruning_needs_both_train_and_sparsity(pruned, splits):
         bench.run(pruned, *splits, 0.01, sparsity=0.9)
 
 
+def test_a_model_pruned_elsewhere_is_judged_from_the_unpruned_one(pruned, splits):
+    pytest.importorskip("hdf5plugin")
+    original = bundled("lenet300.tflite").read_bytes()
+    info = bench.run(original, *splits, 0.01, pruned=pruned, budgets=[0.01], clusters=[32], bits=[8])
+    val = splits[0]
+    drop = runtime.accuracy(original, *val) - runtime.accuracy(pruned, *val)
+    assert info["pruned"]["val_loss"] == pytest.approx(drop)  # pruning's loss counts, as when bench prunes
+    assert info["pruned"]["sparsity"]["fc1"] == pytest.approx(0.9, abs=0.01)
+    with pytest.raises(InputError, match="not both"):
+        bench.run(original, *splits, 0.01, pruned=pruned, train=splits[0], sparsity=0.9)
+
+
 def dsz(*args):
     return subprocess.run([sys.executable, "-m", "pydsz.cli", *map(str, args)], capture_output=True, text=True)
 

@@ -338,6 +338,12 @@ def test_int8_model_compresses_under_an_accuracy_budget_in_steps():
     assert result.metric.name == "top1" and result.before - result.after <= 0.01 + 1e-9
     entries = {e.name: e for e in pydsz.load(result.dsz).entries}
     assert entries and all(e.dtype == "int8" and e.error_bound == int(e.error_bound) for e in entries.values())
+    # the report says steps, as `dsz pack -e 2q` takes them
+    from pydsz.report import layer_table, to_dict
+    assert all(l.bound_unit == "steps" for l in result.layers) and any(l.bound for l in result.layers)
+    rows = {line.split()[0]: line.split()[3] for line in layer_table(result).splitlines()[2:]}
+    assert all(rows[l.name] == (f"{l.bound:g}q" if l.bound else "lossless") for l in result.layers)
+    assert {l["bound_unit"] for l in to_dict(result)["layers"]} == {"steps"}
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -354,3 +360,27 @@ def test_tensor_at_an_unaligned_offset_decodes_through_a_copy(dtype):
     assert decoded[:7] == bytes(range(7)) and decoded[-5:] == bytes(5)
     y = np.frombuffer(decoded[7:7 + w.nbytes], dtype).reshape(4, 6)
     assert np.abs(y.astype(np.float64) - w.astype(np.float64)).max() <= 1e-3
+
+
+def test_pruned_uint8_layer_with_a_zero_point_is_coded_dense():
+    """Pruning leaves uint8 weights at their zero point (128), not at 0, the sparse codec's implicit value:
+    sparse coding would store every pruned value as a non-zero, so the smaller dense stream is chosen."""
+    import pydsz
+    import tflite
+    from pydsz.model import TFLiteModel
+    from test_model import build_tflite
+
+    rng = np.random.default_rng(5)
+    w = np.where(rng.random((32, 64)) < 0.9, 128, rng.integers(0, 256, (32, 64))).astype(np.uint8)
+    original = build_tflite(
+        tensors=[{"shape": [1, 64]},
+                 {"shape": [32, 64], "type": tflite.TensorType.UINT8, "scale": 0.01, "zero_point": 128,
+                  "data": w.tobytes()},
+                 {"shape": [1, 32]}],
+        ops=[("FULLY_CONNECTED", [0, 1, -1], [2])], inputs=[0], outputs=[2])
+    packed = pydsz.load(pydsz.pack_model(original, "1q"))
+    (entry,) = packed.entries
+    assert entry.dtype == "uint8" and entry.representation == "dense"
+    assert len(entry.stream) < len(codec.encode_sparse(w, 1))  # what sparse coding would have stored
+    decoded = TFLiteModel(packed.tflite_bytes()).stored("fc1")
+    assert np.abs(decoded.astype(int) - w.astype(int)).max() <= 1

@@ -34,7 +34,7 @@ def build_tflite(tensors, ops, inputs, outputs):
 
     tensors: dicts with shape, type (TensorType, default FLOAT32), data (bytes of a constant),
     same_buffer_as (index of an earlier constant whose buffer it reads, with data for its shape
-    signature) and scale (quantization); the first dimension is the batch (dynamic). ops: tuples (operator name,
+    signature), scale and zero_point (quantization); the first dimension is the batch (dynamic). ops: tuples (operator name,
     inputs, outputs[, options name, {option setter: value}]).
     """
     b = flatbuffers.Builder(1024)
@@ -68,7 +68,7 @@ def build_tflite(tensors, ops, inputs, outputs):
         quant = None
         if "scale" in t:
             scale = vector(tflite.QuantizationParametersStartScaleVector, [t["scale"]], b.PrependFloat32)
-            zero = vector(tflite.QuantizationParametersStartZeroPointVector, [0], b.PrependInt64)
+            zero = vector(tflite.QuantizationParametersStartZeroPointVector, [t.get("zero_point", 0)], b.PrependInt64)
             tflite.QuantizationParametersStart(b)
             tflite.QuantizationParametersAddScale(b, scale)
             tflite.QuantizationParametersAddZeroPoint(b, zero)
@@ -336,6 +336,20 @@ def test_replace_rounds_float32_into_a_float16_buffer():
     new = np.full((4, 8), 1 / 3, np.float32)
     replaced = TFLiteModel(model.replace({"fc1": new}))
     assert np.array_equal(replaced.stored("fc1"), new.astype(np.float16))
+
+
+def test_float16_weight_from_densify_says_it_is_sparse():
+    """sparse float16 weights: constant -> DENSIFY -> DEQUANTIZE -> FULLY_CONNECTED."""
+    content = build_tflite(
+        tensors=[{"shape": [1, 8]},
+                 {"shape": [4, 8], "type": tflite.TensorType.FLOAT16, "data": np.ones((4, 8), np.float16).tobytes()},
+                 {"shape": [4, 8], "type": tflite.TensorType.FLOAT16}, {"shape": [4, 8]}, {"shape": [1, 4]}],
+        ops=[("DENSIFY", [1], [2]), ("DEQUANTIZE", [2], [3]), ("FULLY_CONNECTED", [0, 3, -1], [4])],
+        inputs=[0], outputs=[4])
+    (layer,) = TFLiteModel(content).layers()
+    assert not layer.compressible
+    assert layer.skip_reason.endswith("computed by a DEQUANTIZE op from a DENSIFY op (sparse-format weights are kept "
+                                      "lossless)")
 
 
 def test_float16_constant_read_by_another_op_is_not_compressible():

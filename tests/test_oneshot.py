@@ -267,3 +267,19 @@ def test_compress_with_compensation_keeps_the_budget_and_the_bound_on_what_it_st
         assert np.max(np.abs(decoded[layer.name] - stored)) <= layer.bound  # the promise is on what is stored
         moved |= bool(np.max(np.abs(decoded[layer.name] - original.weight(layer.name))) > layer.bound)
     assert moved, "compensation moved no weight beyond the bound of its original value"
+
+
+def test_masked_retraining_holds_the_one_shot_masks_and_recovers_accuracy(lenet300, calibration):
+    from pydsz.data import fashion_mnist
+    from pydsz.prune import retrain_masked
+
+    x, y = fashion_mnist("train")
+    val = load_npz(DATA / "fmnist_val.npz")
+    pruned = oneshot.prune_layers(lenet300, calibration, {"fc1": 0.94, "fc2": 0.92, "fc3": 0.5}).tflite
+    result = retrain_masked(pruned, lenet300, (x[:5000], y[:5000]), (val[0][:1000], val[1][:1000]), epochs=0.2)
+    before, after = TFLiteModel(pruned), TFLiteModel(result.tflite)
+    for name in ("fc1", "fc2", "fc3"):
+        zeros = before.weight(name) == 0
+        assert np.all(after.weight(name)[zeros] == 0)  # the masks are held
+        assert not np.array_equal(after.weight(name), before.weight(name))  # and the rest trained
+    assert result.method == "oneshot+retrain" and result.top1_after > result.top1_before + 0.01

@@ -11,6 +11,7 @@
  * returning; dsz_decompressArray(), dsz_decodeSparse() and dsz_decompress() malloc decoding
  * tables (8 KiB plus 8 bytes per used symbol, at most ~16 MiB for the largest radius) and,
  * for the bitmap index, two rows of flags (2 * cols bytes). All are freed before returning.
+ * dsz_csrMatmul() mallocs its scratch (about 520 bytes per row of W plus 2 MiB) and frees it.
  * All other functions allocate nothing.
  *
  * The byte format is specified in doc/format.md (format version DSZ_FORMAT_VERSION).
@@ -19,6 +20,7 @@
 #define DSZ_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -266,6 +268,40 @@ size_t dsz_decodeSparse(float* dst,                /* output, info->nElements va
                         size_t dataSize,           /* must equal info->dataRawSize */
                         const void* index,         /* raw index section */
                         size_t indexSize);         /* must equal info->indexRawSize */
+
+/* ---- sparse matrix products (evaluating pruned FC layers) ---- */
+
+/* Y = X @ W^T (+ bias) for a CSR matrix W [rows, cols] and a dense row-major X [n, cols]: what a
+ * FULLY_CONNECTED layer computes, at the cost of the non-zeros only. Every output is summed in the
+ * same order (the row's non-zeros by column, then the bias) however the caller splits the samples,
+ * so the result does not depend on the split; it is not BLAS's order, so it differs from a dense
+ * product by float rounding. Validates the CSR first (O(rows + nnz)): row pointers from 0 to nnz,
+ * non-decreasing; column indices in [0, cols) and increasing along each row. Single-threaded; the
+ * caller may run disjoint sample ranges on several threads. Mallocs 128 * (rows + 4096) floats
+ * and rows size_t of scratch, freed before returning.
+ * Returns n * rows (the values written), or an error code. */
+size_t dsz_csrMatmul(float* y,                 /* output [n, rows], row-major */
+                     size_t yCapacity,         /* capacity of y in values, >= n * rows */
+                     const float* x,           /* input [n, cols], row-major */
+                     size_t n,                 /* samples */
+                     size_t cols,              /* columns of W = values per sample, <= 2^31 */
+                     const int64_t* rowPtr,    /* rows + 1 offsets into colIndex and values */
+                     const int32_t* colIndex,  /* nnz column indices */
+                     const float* values,      /* nnz values */
+                     size_t nnz,               /* number of stored values */
+                     size_t rows,              /* rows of W = outputs per sample */
+                     const float* bias);       /* rows values added to each output, or NULL */
+
+/* The CSR form of a dense row-major matrix: its non-zeros (values other than +-0) row by row,
+ * columns increasing, as dsz_csrMatmul() takes them. Allocates nothing.
+ * Returns nnz, or an error code (DSZ_error_dstSize_tooSmall when more than capacity non-zeros). */
+size_t dsz_csrFromDense(int64_t* rowPtr,     /* output, rows + 1 offsets */
+                        int32_t* colIndex,   /* output, capacity column indices */
+                        float* values,       /* output, capacity values */
+                        size_t capacity,     /* room in colIndex and values */
+                        const float* w,      /* rows * cols values, C order */
+                        size_t rows,         /* matrix rows */
+                        size_t cols);        /* matrix columns, <= 2^31 */
 
 #ifdef __cplusplus
 }

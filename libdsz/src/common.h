@@ -66,10 +66,16 @@ static inline void dsz_wrf64(uint8_t* p, double d) { uint64_t v; memcpy(&v, &d, 
 static inline double dsz_rdf64(const uint8_t* p) { uint64_t v = dsz_rd64(p); double d; memcpy(&d, &v, 8); return d; }
 static inline uint64_t dsz_rdbe64(const uint8_t* p)
 {
+#if defined(__GNUC__)
+    uint64_t v; /* one load and a byte swap: the bit readers' refill is on every decoder's hot path */
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+#else
     uint64_t v = 0;
     int i;
     for (i = 0; i < 8; i++) v = (v << 8) | p[i];
     return v;
+#endif
 }
 
 /* ---- MSB-first bit writer ---- */
@@ -127,13 +133,20 @@ DSZ_INLINE void dsz_br_init(dsz_bitReader* r, const uint8_t* p, size_t size)
 {
     r->p = p; r->start = p; r->end = p + size; r->buf = 0; r->cnt = 0; r->pad = 0;
 }
+/* whether dsz_br_refillFast may be used: 8 bytes left to read */
+DSZ_INLINE int dsz_br_far(const dsz_bitReader* r) { return r->end - r->p >= 8; }
+/* refill without a branch where dsz_br_far holds; afterwards cnt >= 56 */
+DSZ_INLINE void dsz_br_refillFast(dsz_bitReader* r)
+{
+    r->buf |= dsz_rdbe64(r->p) >> r->cnt;
+    r->p += (63 - r->cnt) >> 3;
+    r->cnt |= 56;
+}
 /* afterwards cnt >= 56 */
 DSZ_INLINE void dsz_br_refill(dsz_bitReader* r)
 {
-    if (DSZ_LIKELY(r->end - r->p >= 8)) {
-        r->buf |= dsz_rdbe64(r->p) >> r->cnt;
-        r->p += (63 - r->cnt) >> 3;
-        r->cnt |= 56;
+    if (DSZ_LIKELY(dsz_br_far(r))) {
+        dsz_br_refillFast(r);
     } else {
         while (r->cnt <= 56) {
             uint64_t byte = 0;
@@ -267,7 +280,8 @@ typedef struct {
     uint64_t nOut, kOut;
     unsigned outSize;     /* bytes of one outlier: dsz_dtype_size(q.dtype) */
     uint64_t bitBytes;
-    float* deq;           /* predictor none: value per symbol (alphabet-sized) */
+    float* deq;           /* predictor none: value of each symbol huf.lo..huf.hi */
+    uint8_t* deqBytes;    /* the same values as the dtype's bytes (outSize each), what decoders write */
     dsz_quant q;
     unsigned predictor;
     float pred;           /* Lorenzo: previous reconstruction */
@@ -296,11 +310,27 @@ DSZ_INLINE int dsz_data_next(dsz_dataDec* d, float* v)
     d->pred = (r - r == 0.0f) ? r : 0.0f; /* finite check without libm */
     return 0;
 }
+/* decode the next value under predictor none as the dtype's `size` (= outSize) bytes at out, from a
+   reader refilled to >= DSZ_HUF_MAXLEN bits: a symbol's value from deqBytes, an outlier's bytes as
+   stored (every dtype's outliers are its values' bytes); returns 0, or -1 on corrupt input */
+DSZ_INLINE int dsz_data_nextBytes(dsz_dataDec* d, uint8_t* out, unsigned size)
+{
+    uint32_t const s = dsz_huf_decode(&d->huf, &d->br);
+    const uint8_t* v;
+    if (DSZ_LIKELY(s != 0 && s != UINT32_MAX)) {
+        v = d->deqBytes + (size_t)size * (s - d->huf.lo);
+    } else {
+        if (s == UINT32_MAX || d->kOut >= d->nOut) return -1;
+        v = d->outl + (size_t)size * d->kOut++;
+    }
+    memcpy(out, v, size);
+    return 0;
+}
 /* decode the next n values; returns 0, or -1 on corrupt input */
 int dsz_data_decode(dsz_dataDec* d, float* dst, size_t n);
 /* plain decode of all n values, then the final checks */
 size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n);
-/* the same, written as the stored dtype (through a small float buffer) */
+/* the same, written as the stored dtype (under Lorenzo through a small float buffer) */
 size_t dsz_data_decodeAllTyped(dsz_dataDec* d, void* dst, size_t n);
 
 /* bitmap.c: the non-zero bitmap under context-adaptive binary arithmetic coding */

@@ -97,7 +97,9 @@ void dsz_data_free(dsz_dataDec* d)
 {
     dsz_huf_freeDec(&d->huf);
     free(d->deq);
+    free(d->deqBytes);
     d->deq = NULL;
+    d->deqBytes = NULL;
 }
 
 size_t dsz_data_open(dsz_dataDec* d, const uint8_t* src, size_t size, size_t n, const dsz_quant* q,
@@ -132,10 +134,13 @@ size_t dsz_data_open(dsz_dataDec* d, const uint8_t* src, size_t size, size_t n, 
     d->outl = src + pos + bitBytes;
     d->nOut = nOut;
     if (predictor == DSZ_PRED_NONE && d->huf.hi >= d->huf.lo) {
+        size_t const m = (size_t)(d->huf.hi - d->huf.lo) + 1;
         uint32_t s;
-        d->deq = (float*)malloc(sizeof(float) * ((size_t)(d->huf.hi - d->huf.lo) + 1));
-        if (!d->deq) { dsz_data_free(d); return DSZ_ERROR(memory_allocation); }
+        d->deq = (float*)malloc(sizeof(float) * m);
+        d->deqBytes = (uint8_t*)malloc(d->outSize * m);
+        if (!d->deq || !d->deqBytes) { dsz_data_free(d); return DSZ_ERROR(memory_allocation); }
         for (s = d->huf.lo; s <= d->huf.hi; s++) d->deq[s - d->huf.lo] = dsz_dequant_none(q, s);
+        dsz_dtype_store(d->deqBytes, d->deq, q->dtype, m);
     }
     return 0;
 }
@@ -187,13 +192,39 @@ size_t dsz_data_decodeAll(dsz_dataDec* d, float* dst, size_t n)
     return dsz_data_close(d);
 }
 
+/* predictor none, values written as the dtype's `size` bytes straight from the symbols' table */
+DSZ_INLINE size_t decode_bytes(dsz_dataDec* d, uint8_t* dst, size_t n, unsigned size)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (DSZ_LIKELY(dsz_br_far(&d->br))) {
+            /* at least 56 bits buffered: three codes of <= 15 bits */
+            size_t const stop = n - i >= 3 ? i + 3 : n;
+            dsz_br_refillFast(&d->br);
+            for (; i < stop; i++)
+                if (dsz_data_nextBytes(d, dst + size * i, size)) return DSZ_ERROR(corruption_detected);
+        } else {
+            dsz_br_refill(&d->br);
+            if (d->br.pad > 16 || dsz_data_nextBytes(d, dst + size * i, size)) return DSZ_ERROR(corruption_detected);
+            i++;
+        }
+    }
+    return dsz_data_close(d);
+}
+
 size_t dsz_data_decodeAllTyped(dsz_dataDec* d, void* dst, size_t n)
 {
-    /* a float buffer small enough for the cache, the values then written as the dtype: the decoded
-       tensor never exists as float32 as a whole */
+    /* under the Lorenzo predictor, a float buffer small enough for the cache, the values then written
+       as the dtype: the decoded tensor never exists as float32 as a whole */
     float buf[256];
     size_t const size = d->outSize;
     size_t i;
+    if (d->predictor == DSZ_PRED_NONE) {
+        /* a constant size for each, so that every value is one load and one store */
+        if (size == 4) return decode_bytes(d, (uint8_t*)dst, n, 4);
+        if (size == 2) return decode_bytes(d, (uint8_t*)dst, n, 2);
+        return decode_bytes(d, (uint8_t*)dst, n, 1);
+    }
     if (d->q.dtype == DSZ_DTYPE_FLOAT32) return dsz_data_decodeAll(d, (float*)dst, n);
     for (i = 0; i < n; i += 256) {
         size_t const m = n - i < 256 ? n - i : 256;

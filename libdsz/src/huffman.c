@@ -69,6 +69,8 @@ size_t dsz_huf_build(dsz_hufEnc* h, const uint64_t* hist, uint32_t nsym)
     if (!h->code || !h->len) goto oom;
     for (s = 0; s < nsym; s++) m += hist[s] != 0;
     if (m == 0) return 0;
+    /* no code of lengths <= DSZ_HUF_MAXLEN has more words: flattening below would never end */
+    if (m > (1u << DSZ_HUF_MAXLEN)) { dsz_huf_freeEnc(h); return DSZ_ERROR(parameter_outOfBound); }
     if (m == 1) {
         for (s = 0; s < nsym; s++)
             if (hist[s]) h->len[s] = 1;

@@ -233,6 +233,100 @@ static int positions_huff(const dsz_hufDec* h, dsz_bitReader* br, uint64_t* prev
     return 0;
 }
 
+/* a symbol from a reader refilled to >= DSZ_HUF_MAXLEN bits, UINT32_MAX for an invalid code; the
+ * reader is the caller's local, copied around the call of the slow path so that it stays in registers */
+DSZ_INLINE uint32_t huff_symbol(const dsz_hufDec* h, const uint32_t* lut, dsz_bitReader* r)
+{
+    uint32_t const e = lut[dsz_br_peek(r, DSZ_HUF_LUTLOG)];
+    dsz_bitReader t;
+    uint32_t s;
+    if (DSZ_LIKELY(e & 15u)) {
+        dsz_br_skip(r, e & 15u);
+        return e >> 4;
+    }
+    t = *r;
+    s = dsz_huf_decodeLong(h, &t);
+    *r = t;
+    return s;
+}
+
+/* A lookup table for the values' codes that gives what to write: (value's bytes << 8) | code length,
+ * 0 for a long code or the outlier symbol (the slow path). Values are at most 4 bytes and the host is
+ * little-endian (common.h): the low bytes of an entry are the value's bytes. */
+static uint64_t* value_lut(const dsz_dataDec* d)
+{
+    uint64_t* const t = (uint64_t*)malloc(sizeof(uint64_t) << DSZ_HUF_LUTLOG);
+    size_t i;
+    if (!t) return NULL;
+    for (i = 0; i < (size_t)1 << DSZ_HUF_LUTLOG; i++) {
+        uint32_t const e = d->huf.lut[i], s = e >> 4;
+        uint64_t v = 0;
+        if ((e & 15u) && s != 0) {
+            memcpy(&v, d->deqBytes + (size_t)d->outSize * (s - d->huf.lo), d->outSize);
+            t[i] = (v << 8) | (e & 15u);
+        } else {
+            t[i] = 0;
+        }
+    }
+    return t;
+}
+
+/* The fused fast path for Huffman-coded gaps and values under predictor none: each non-zero's gap
+ * and value decoded together and written straight into dst as the dtype's `size` bytes, with no
+ * batch arrays between. It works in blocks of three gap symbols (at most 45 bits, as many values)
+ * per refill of both bitstreams, while both have 8 bytes left (a refill is then one load without a
+ * branch), at least three non-zeros remain and the next three positions are certainly below n (so
+ * that a block checks n once); the batched path decodes the rest. Every symbol is still checked
+ * against its table. The state lives in locals: dst may alias anything, and state behind pointers
+ * would be reloaded after every store. Returns the number of non-zeros decoded in all (from k), or
+ * (uint64_t)-1 on corrupt input. */
+DSZ_INLINE uint64_t fused_huff(uint8_t* dst, unsigned size, const dsz_hufDec* h, dsz_bitReader* br,
+                               dsz_dataDec* d, const uint64_t* vlut, uint64_t* prev1, uint64_t n, uint64_t k,
+                               uint64_t nnz)
+{
+    const uint32_t* const glut = h->lut;
+    const uint8_t* const outl = d->outl;
+    uint64_t const nOut = d->nOut;
+    uint64_t kOut = d->kOut, p1 = *prev1;
+    dsz_bitReader gb = *br, vb = d->br;
+    while (nnz - k >= 3 && n - p1 > 3 * 255 && dsz_br_far(&gb) && dsz_br_far(&vb)) {
+        int t;
+        dsz_br_refillFast(&gb);
+        dsz_br_refillFast(&vb);
+        for (t = 0; t < 3; t++) {
+            uint32_t const g = huff_symbol(h, glut, &gb);
+            uint64_t const e = vlut[dsz_br_peek(&vb, DSZ_HUF_LUTLOG)];
+            uint64_t v;
+            if (DSZ_UNLIKELY(g == 0)) { /* a filler: no value */
+                p1 += 255;
+                continue;
+            }
+            if (g == UINT32_MAX) return (uint64_t)-1;
+            p1 += g; /* the position p1 - 1 < n */
+            if (DSZ_LIKELY(e)) {
+                dsz_br_skip(&vb, (unsigned)e & 15u);
+                v = e >> 8;
+            } else {
+                uint32_t const s = huff_symbol(&d->huf, d->huf.lut, &vb);
+                v = 0;
+                if (s != 0 && s != UINT32_MAX) {
+                    memcpy(&v, d->deqBytes + (size_t)size * (s - d->huf.lo), size);
+                } else {
+                    if (s == UINT32_MAX || kOut >= nOut) return (uint64_t)-1;
+                    memcpy(&v, outl + (size_t)size * kOut++, size);
+                }
+            }
+            memcpy(dst + (size_t)size * (size_t)(p1 - 1), &v, size);
+            k++;
+        }
+    }
+    *br = gb;
+    d->br = vb;
+    d->kOut = kOut;
+    *prev1 = p1;
+    return k;
+}
+
 size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data, size_t dataSize,
                         const void* index, size_t indexSize)
 {
@@ -283,7 +377,17 @@ size_t dsz_decodeSparseTyped(void* dst, size_t dstCapacity, const dsz_frameInfo*
         if ((nnz == 0) != (indexSize == 0)) goto done;
     }
     r = DSZ_ERROR(corruption_detected);
-    /* batches: positions, then values, then the scatter */
+    if (f->indexCodec == DSZ_INDEX_HUFFGAP && f->predictor == DSZ_PRED_NONE && nnz >= 3) {
+        uint64_t* const vlut = value_lut(&d);
+        if (!vlut) { r = DSZ_ERROR(memory_allocation); goto done; }
+        /* a constant size for each, so that every value is one store */
+        if (d.outSize == 4) k = fused_huff((uint8_t*)dst, 4, &h, &br, &d, vlut, &prev1, n, k, nnz);
+        else if (d.outSize == 2) k = fused_huff((uint8_t*)dst, 2, &h, &br, &d, vlut, &prev1, n, k, nnz);
+        else k = fused_huff((uint8_t*)dst, 1, &h, &br, &d, vlut, &prev1, n, k, nnz);
+        free(vlut);
+        if (k == (uint64_t)-1) goto done;
+    }
+    /* batches: positions, then values, then the scatter (what the fast path left) */
     while (k < nnz) {
         size_t const m = nnz - k < BATCH ? (size_t)(nnz - k) : BATCH;
         if (f->indexCodec == DSZ_INDEX_GAP8) {

@@ -417,6 +417,127 @@ static void test_int8(void)
     free(x); free(u); free(out); free(uout); free(buf);
 }
 
+/* The fused sparse decoder's fast path (Huffman gaps and values, predictor none) on a stream long
+ * enough to reach it, in each 1- and 2-byte dtype: bounded values and exact positions, then every
+ * seventh byte flipped: an error or a full decode, never an access out of bounds (ASan watches). */
+static void test_sparse_fast_path(void)
+{
+    size_t const rows = 200, cols = 400, n = rows * cols;
+    int8_t* x = (int8_t*)malloc(n);
+    uint16_t* h = (uint16_t*)malloc(2 * n);
+    uint8_t* out = (uint8_t*)malloc(2 * n);
+    size_t const cap = dsz_sparseBound(rows, cols, n, 0);
+    uint8_t* buf = (uint8_t*)malloc(cap);
+    dsz_frameInfo f;
+    size_t i, cs, hs, at;
+    unsigned t;
+    for (i = 0; i < n; i++) {
+        double const v = unif() < 0.1 ? laplace(30.0) : 0.0;
+        x[i] = (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
+        h[i] = (uint16_t)dsz_f32_to_f16((float)x[i] / 64.0f);
+    }
+    for (i = 1000; i < 3000; i++) x[i] = 0, h[i] = 0; /* gaps past 255: fillers */
+    for (t = 0; t < 2; t++) {
+        unsigned const dtype = t ? DSZ_DTYPE_FLOAT16 : DSZ_DTYPE_INT8;
+        dsz_params p = params(t ? 1e-3 : 1.5, DSZ_PRED_NONE);
+        const void* const src = t ? (const void*)h : (const void*)x;
+        p.radius = 16; /* the largest values are outliers */
+        cs = dsz_encodeSparseTyped(buf, cap, src, dtype, rows, cols, &p, DSZ_INDEX_HUFFGAP);
+        hs = dsz_getFrameInfo(&f, buf, cs);
+        CHECK(!dsz_isError(cs) && !dsz_isError(hs));
+        memset(out, 0, 2 * n);
+        CHECK(dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize) == f.nnz);
+        for (i = 0; i < n; i++) {
+            if (t) {
+                float const a = dsz_f16_to_f32(h[i]), b = dsz_f16_to_f32(dsz_rd16(out + 2 * i));
+                CHECK((a == 0) == (b == 0) && fabs((double)a - (double)b) <= 1e-3);
+            } else {
+                CHECK((x[i] == 0) == ((int8_t)out[i] == 0) && abs((int8_t)out[i] - x[i]) <= 1);
+            }
+        }
+        for (at = hs; at < cs; at += 7) {
+            buf[at] ^= (uint8_t)(1u << (at & 7));
+            (void)dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize);
+            buf[at] ^= (uint8_t)(1u << (at & 7));
+        }
+    }
+    free(x); free(h); free(out); free(buf);
+}
+
+/* dense reference in the kernel's order: the row's non-zeros by column, then the bias */
+static void test_csr_matmul(void)
+{
+    size_t const rows = 37, cols = 4500, n = 131; /* more than one column slice and sample block */
+    float* w = (float*)calloc(rows * cols, sizeof(float));
+    float* x = (float*)malloc(sizeof(float) * n * cols);
+    float* y = (float*)malloc(sizeof(float) * n * rows);
+    float* bias = (float*)malloc(sizeof(float) * rows);
+    int64_t* rowPtr = (int64_t*)malloc(sizeof(int64_t) * (rows + 1));
+    int32_t* colIndex = (int32_t*)malloc(sizeof(int32_t) * rows * cols);
+    float* values = (float*)malloc(sizeof(float) * rows * cols);
+    size_t i, o, k, nnz = 0, exact = 0, split;
+    int32_t saved;
+    for (o = 0; o < rows; o++) {
+        rowPtr[o] = (int64_t)nnz;
+        bias[o] = laplace(0.1);
+        for (k = 0; k < cols; k++)
+            if (o != 5 && unif() < 0.08) { /* row 5 stays empty */
+                w[o * cols + k] = laplace(0.05);
+                colIndex[nnz] = (int32_t)k;
+                values[nnz++] = w[o * cols + k];
+            }
+    }
+    rowPtr[rows] = (int64_t)nnz;
+    for (i = 0; i < n * cols; i++) x[i] = laplace(1.0);
+    { /* dsz_csrFromDense gives the same arrays, and refuses a short capacity */
+        int64_t* rp = (int64_t*)malloc(sizeof(int64_t) * (rows + 1));
+        int32_t* ci = (int32_t*)malloc(sizeof(int32_t) * nnz);
+        float* va = (float*)malloc(sizeof(float) * nnz);
+        CHECK(dsz_csrFromDense(rp, ci, va, nnz, w, rows, cols) == nnz);
+        CHECK(!memcmp(rp, rowPtr, sizeof(int64_t) * (rows + 1)) && !memcmp(ci, colIndex, sizeof(int32_t) * nnz));
+        CHECK(!memcmp(va, values, sizeof(float) * nnz));
+        CHECK(dsz_getErrorCode(dsz_csrFromDense(rp, ci, va, nnz - 1, w, rows, cols)) == DSZ_error_dstSize_tooSmall);
+        free(rp); free(ci); free(va);
+    }
+    CHECK(dsz_csrMatmul(y, n * rows, x, n, cols, rowPtr, colIndex, values, nnz, rows, bias) == n * rows);
+    for (i = 0; i < n; i++)
+        for (o = 0; o < rows; o++) {
+            float acc = 0.0f, prod;
+            for (k = 0; k < cols; k++)
+                if (w[o * cols + k] != 0.0f) { prod = w[o * cols + k] * x[i * cols + k]; acc += prod; }
+            acc += bias[o];
+            exact += same_bits(acc, y[i * rows + o]);
+        }
+    CHECK(exact == n * rows);
+    /* any split of the samples gives the same bits */
+    {
+        float* y2 = (float*)malloc(sizeof(float) * n * rows);
+        split = 70;
+        CHECK(dsz_csrMatmul(y2, split * rows, x, split, cols, rowPtr, colIndex, values, nnz, rows, bias) == split * rows);
+        CHECK(dsz_csrMatmul(y2 + split * rows, (n - split) * rows, x + split * cols, n - split, cols, rowPtr, colIndex,
+                            values, nnz, rows, bias) == (n - split) * rows);
+        CHECK(!memcmp(y, y2, sizeof(float) * n * rows));
+        CHECK(dsz_csrMatmul(y2, n * rows, x, n, cols, rowPtr, colIndex, values, nnz, rows, NULL) == n * rows);
+        CHECK(y2[5] == 0.0f && y[5] == bias[5]);
+        free(y2);
+    }
+    /* no samples, and bad input: a short output, an index out of range or out of order, bad pointers */
+    CHECK(dsz_csrMatmul(y, 0, x, 0, cols, rowPtr, colIndex, values, nnz, rows, bias) == 0);
+    CHECK(dsz_getErrorCode(dsz_csrMatmul(y, n * rows - 1, x, n, cols, rowPtr, colIndex, values, nnz, rows, bias)) == DSZ_error_dstSize_tooSmall);
+    saved = colIndex[3];
+    colIndex[3] = (int32_t)cols;
+    CHECK(dsz_getErrorCode(dsz_csrMatmul(y, n * rows, x, n, cols, rowPtr, colIndex, values, nnz, rows, bias)) == DSZ_error_corruption_detected);
+    colIndex[3] = -1;
+    CHECK(dsz_getErrorCode(dsz_csrMatmul(y, n * rows, x, n, cols, rowPtr, colIndex, values, nnz, rows, bias)) == DSZ_error_corruption_detected);
+    colIndex[3] = colIndex[2];
+    CHECK(dsz_getErrorCode(dsz_csrMatmul(y, n * rows, x, n, cols, rowPtr, colIndex, values, nnz, rows, bias)) == DSZ_error_corruption_detected);
+    colIndex[3] = saved;
+    CHECK(dsz_getErrorCode(dsz_csrMatmul(y, n * rows, x, n, cols, rowPtr, colIndex, values, nnz - 1, rows, bias)) == DSZ_error_corruption_detected);
+    rowPtr[2] = rowPtr[1] - 1;
+    CHECK(dsz_getErrorCode(dsz_csrMatmul(y, n * rows, x, n, cols, rowPtr, colIndex, values, nnz, rows, bias)) == DSZ_error_corruption_detected);
+    free(w); free(x); free(y); free(bias); free(rowPtr); free(colIndex); free(values);
+}
+
 int main(void)
 {
     test_errors();
@@ -428,6 +549,8 @@ int main(void)
     test_unaligned();
     test_half();
     test_int8();
+    test_sparse_fast_path();
+    test_csr_matmul();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
