@@ -175,7 +175,7 @@ class Evaluator:
         self._baseline: dict[bool, tuple] = {}
         self._decoded: dict[tuple, np.ndarray] = {}
         self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
-        self.patterns: dict[tuple, tuple] = {}  # (layer, weight's id) -> (weight, its codec.sparse_index)
+        self.patterns: dict[str, tuple] = {}  # layer -> (its stored weights, their codec.sparse_index)
         self.compensator = None
         if compensate:
             from pydsz.oneshot import Compensator, selectable
@@ -381,16 +381,17 @@ class Ladder:
         return sorted([self.measured[0.0]] + climbed + refined, key=lambda p: p.bound)
 
 
-def measure_point(evaluator: Evaluator, name: str, bound: float, weight: Optional[np.ndarray] = None) -> Point:
-    """Layer `name` alone compressed at `bound` (an executor's task). weight: what bound 0 keeps
-    (default: the layer's stored weights); a bound > 0 encodes evaluator.candidate(name, bound)."""
-    # the index section depends on where the non-zeros are, not on the bound: chosen once per weight
-    # (the weight is kept with it, so that its id is not reused while cached)
-    key = (name, None if weight is None else id(weight))
-    if key not in evaluator.patterns:
-        w = np.asarray(evaluator.model.stored(name)) if weight is None else weight
-        evaluator.patterns[key] = w, codec.sparse_index(_matrix(w))
-    weight, pattern = evaluator.patterns[key]
+def measure_point(evaluator: Evaluator, name: str, bound: float, weight: Optional[np.ndarray] = None,
+                  pattern: Optional[codec.SparseIndex] = None) -> Point:
+    """Layer `name` alone compressed at `bound` (an executor's task). weight: what bound 0 keeps, with
+    its codec.sparse_index as `pattern` (default: the layer's stored weights, whose pattern the
+    evaluator keeps: the index section depends on where the non-zeros are, not on the bound); a
+    bound > 0 encodes evaluator.candidate(name, bound)."""
+    if weight is None:
+        if name not in evaluator.patterns:
+            stored = np.asarray(evaluator.model.stored(name))
+            evaluator.patterns[name] = stored, codec.sparse_index(_matrix(stored))
+        weight, pattern = evaluator.patterns[name]
     decoded, size, data, index = encode_weight(evaluator.candidate(name, bound) if bound else weight, bound, pattern)
     m = evaluator.measure({} if bound == 0 else {name: decoded})
     return Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
@@ -406,9 +407,10 @@ def assess_layer(
     """Measure one layer alone over its Ladder of bounds, here, one bound after the other; sorted by
     bound, bound 0 first. `budget` is the allowed loss summed over the samples (for top-1: samples)."""
     ladder = Ladder(name, weight, budget, evaluator.metric.discrete)
+    pattern = codec.sparse_index(_matrix(weight))
     while (bound := ladder.next()) is not None:
         ladder.issue(bound)
-        ladder.add(measure_point(evaluator, name, bound, weight))
+        ladder.add(measure_point(evaluator, name, bound, weight, pattern))
         if on_point:
             on_point(ladder.measured[bound])
     return ladder.points()
@@ -448,7 +450,4 @@ def assess(evaluator: Evaluator, layer_names: Sequence[str], budget: float, prog
                 bar.update()
 
         executor.stream(measure_point, task, done)
-    unfinished = [name for name, ladder in ladders.items() if not ladder.done]
-    if unfinished:  # the executor stopped early: nothing to decide on
-        raise RuntimeError(f"the assessment of {', '.join(unfinished)} did not finish")
     return {name: ladder.points() for name, ladder in ladders.items()}
