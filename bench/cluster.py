@@ -4,14 +4,14 @@ those measurements a projection for larger clusters.
 Model: any .tflite and .npz (default: the AlexNet-shaped model of bench/make_large_models.py, pruned
 as the paper prunes AlexNet, top-1 at 0.3 points on 1,000 Fashion-MNIST validation images; or the
 bundled multitask.tflite with --model multitask). The assessment's tasks are (layer, bound)
-evaluations handed out as results come in (pydsz.assess.Ladder), one running per worker thread.
-Measured: the assessment's wall time in process and with 1 and 2 worker processes (the points must be
-identical; speed-ups are against 1 worker, whose numpy runs single-threaded as Dask's workers do),
-every evaluation's time on the 1-worker cluster, the evaluations each run made (a parallel run
-measures a few bounds early that turn out not to be needed), and the cluster's per-task overhead
-(round trips of tasks that do no work). Projected, and said so: the time with 8, 32 and 128
-workers, by running the same assessment code on a simulated cluster whose tasks take the measured
-times plus the overhead.
+evaluations, and the parts of a large float layer's lossless size (assess.LOSSLESS_PART), handed out
+as results come in (pydsz.assess.Ladder), one running per worker thread. Measured: the assessment's
+wall time in process and with 1 and 2 worker processes (the points must be identical; speed-ups are
+against 1 worker, whose numpy runs single-threaded as Dask's workers do), every task's time on the
+1-worker cluster, the tasks each run made (a parallel run measures a few bounds early that turn out
+not to be needed), and the cluster's per-task overhead (round trips of tasks that do no work).
+Projected, and said so: the time with 8, 32 and 128 workers, by running the same assessment code on
+a simulated cluster whose tasks take the measured times plus the overhead.
 
 Usage: python3 bench/cluster.py [--samples N | --model M.tflite|multitask --data D.npz --metric NAME --max-loss X]
 """
@@ -65,10 +65,10 @@ class Simulated:
     def start(self, evaluator) -> None:
         pass
 
-    def _time(self, name, bound) -> float:
-        if (name, bound) in self.seconds:
-            return self.seconds[name, bound]
-        return float(np.mean([s for (n, _), s in self.seconds.items() if n == name]))
+    def _time(self, *args) -> float:
+        if args in self.seconds:
+            return self.seconds[args]
+        return float(np.mean([s for (n, b, _), s in self.seconds.items() if n == args[0] and b > 0]))
 
     def stream(self, task, plan, on_result) -> None:
         running = []
@@ -80,6 +80,26 @@ class Simulated:
                 return
             self.clock, _, args = heapq.heappop(running)
             on_result(args, self.points.get(args, Point(args[0], args[1], 0, 0, 0, float("inf"))))
+
+
+class Timed:
+    """An executor whose tasks' results and times are recorded: on one worker, which runs one task at
+    a time, the gaps between results are the tasks' times."""
+
+    def __init__(self, inner):
+        self.inner, self.seconds, self.points = inner, {}, {}
+
+    def start(self, evaluator) -> None:
+        self.inner.start(evaluator)
+
+    def stream(self, task, plan, on_result) -> None:
+        last = [time.perf_counter()]
+
+        def record(args, point):
+            now = time.perf_counter()
+            self.seconds[args], self.points[args], last[0] = now - last[0], point, now
+            on_result(args, point)
+        self.inner.stream(task, plan, record)
 
 
 def default_model(samples: int):
@@ -135,9 +155,10 @@ def main() -> int:
     budget = allowed_loss(metric, max_loss, evaluator.samples)
 
     start = time.perf_counter()
-    reference = assess(evaluator, names, budget)
+    local = Timed(executor.Local())
+    reference = assess(evaluator, names, budget, executor=local)
     rows = [{"executor": "in process", "workers": 0, "seconds": time.perf_counter() - start, "identical": True,
-             "evaluations": sum(len(p) for p in reference.values())}]
+             "tasks": len(local.seconds)}]
     per_task, seconds, points = None, {}, {}
     for workers in (1, 2):
         cluster = executor.Dask(workers=workers)
@@ -146,26 +167,18 @@ def main() -> int:
             cluster.start(evaluator)
             cluster.map(noop, [(i,) for i in range(workers * 4)])  # every worker has built its evaluator
             ready = time.perf_counter() - start_up
-            measured = []
-            last = [time.perf_counter()]
-
-            def record(point):
-                # one worker runs one task at a time: the gaps between results are the tasks' times
-                now = time.perf_counter()
-                measured.append(point)
-                if workers == 1:
-                    seconds[point.layer, point.bound] = now - last[0]
-                    points[point.layer, point.bound] = point
-                last[0] = now
+            timed = Timed(cluster)
             start = time.perf_counter()
-            table = assess(evaluator, names, budget, executor=cluster, on_point=record)
+            table = assess(evaluator, names, budget, executor=timed)
             wall = time.perf_counter() - start
+            if workers == 1:
+                seconds, points = timed.seconds, timed.points
             if workers == 2:
                 per_task = overhead(cluster)
         finally:
             cluster.close()
         rows.append({"executor": f"Dask, {workers} worker(s)", "workers": workers, "seconds": wall,
-                     "start_seconds": ready, "identical": table == reference, "evaluations": len(measured)})
+                     "start_seconds": ready, "identical": table == reference, "tasks": len(timed.seconds)})
     serial = rows[1]["seconds"]  # 1 worker
     for r in rows:
         r["speedup"] = serial / r["seconds"]
@@ -173,28 +186,30 @@ def main() -> int:
     for w in PROJECTED:
         simulated = Simulated(w, points, seconds, per_task)
         same = assess(evaluator, names, budget, executor=simulated) == reference
-        projection.append({"workers": w, "seconds": simulated.clock, "evaluations": simulated.tasks, "identical": same})
+        projection.append({"workers": w, "seconds": simulated.clock, "tasks": simulated.tasks, "identical": same})
 
     print(f"{label}: {len(names)} layers, {evaluator.samples} samples, metric {metric.name} "
-          f"at {max_loss:g}; {rows[0]['evaluations']} evaluations")
-    print(format_table(["executor", "assessment s", "vs 1 worker", "start-up s", "evaluations", "same points"],
+          f"at {max_loss:g}; {rows[0]['tasks']} tasks ((layer, bound) evaluations and parts of lossless sizes)")
+    print(format_table(["executor", "assessment s", "vs 1 worker", "start-up s", "tasks", "same points"],
                        [[r["executor"], f"{r['seconds']:.1f}", f"{r['speedup']:.2f}x",
-                         f"{r.get('start_seconds', 0):.1f}", r["evaluations"], "yes" if r["identical"] else "NO"]
+                         f"{r.get('start_seconds', 0):.1f}", r["tasks"], "yes" if r["identical"] else "NO"]
                         for r in rows]))
-    per_layer = {name: sum(s for (n, _), s in seconds.items() if n == name) for name in names}
+    per_layer = {name: sum(s for (n, _, _), s in seconds.items() if n == name) for name in names}
+    lossless = {name: sum(s for (n, b, _), s in seconds.items() if n == name and b == 0) for name in names}
     print(f"per-task overhead of the 2-worker cluster: {1000 * per_task:.1f} ms; seconds per layer (1 worker): "
-          + ", ".join(f"{k} {v:.1f}" for k, v in per_layer.items()))
+          + ", ".join(f"{k} {v:.1f} (lossless size {lossless[k]:.1f})" for k, v in per_layer.items()))
     print("PROJECTION (not measured): the same assessment on a simulated cluster whose tasks take the times "
           "measured on 1 worker plus the per-task overhead")
-    print(format_table(["workers", "assessment s", "vs 1 worker", "evaluations"],
-                       [[p["workers"], f"{p['seconds']:.1f}", f"{serial / p['seconds']:.2f}x", p["evaluations"]]
+    print(format_table(["workers", "assessment s", "vs 1 worker", "tasks"],
+                       [[p["workers"], f"{p['seconds']:.1f}", f"{serial / p['seconds']:.2f}x", p["tasks"]]
                         for p in projection]))
     target = next(r for r in rows if r["workers"] == 2)["speedup"]
     print(f"{'MET' if target >= 1.7 else 'NOT MET'}  2 workers at least 1.7x 1 worker: {target:.2f}x")
     with open(args.json, "w") as f:
         json.dump({"model": label, "layers": names, "samples": evaluator.samples,
                    "metric": metric.name, "max_loss": max_loss, "machine": machine_info(), "runs": rows,
-                   "per_layer_seconds": per_layer, "per_task_overhead_s": per_task, "projection": projection},
+                   "per_layer_seconds": per_layer, "lossless_size_seconds": lossless, "per_task_overhead_s": per_task,
+                   "projection": projection},
                   f, indent=1)
     return 0 if all(r["identical"] for r in rows) and all(p["identical"] for p in projection) else 1
 

@@ -18,9 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
-import zstandard
 
-from pydsz import cache, codec, metrics, runtime
+from pydsz import cache, codec, container, metrics, runtime
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
 
@@ -31,8 +30,11 @@ FIRST_BOUND = 1e-4
 REFINE_STEPS = 4
 # int8/uint8 weights: bounds in quantization steps, every one up to 4, then about x1.5 apart
 STEP_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 255)
-# The zstd level the container stores lossless tensors with (the `bound 0` option's size).
-LOSSLESS_LEVEL = 19
+# A float layer's `bound 0` option is its bytes in the container's zstd section, sized in parts of
+# this many bytes, each its own task: compressing them is the slowest single step of a large layer's
+# assessment (AlexNet's fc6, 151 MB: ~45 s), which a cluster then shares out. Their sizes add up to
+# the whole's to within ~0.1% (container.lossless_size).
+LOSSLESS_PART = 16 << 20
 
 KINDS = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}
 
@@ -89,10 +91,9 @@ def encode_weight(w: np.ndarray, bound: float,
     tensor's codec.sparse_index, when it is encoded at many bounds (the same answers, faster).
     """
     w = codec.stored_array(w)  # float16 and int8 weights are encoded as the model stores them
-    if bound == 0:
-        size = len(zstandard.ZstdCompressor(level=LOSSLESS_LEVEL).compress(w.tobytes()))
-        if w.dtype.kind == "f":
-            return _as_weight(w, w), size, size, 0
+    if bound == 0 and w.dtype.kind == "f":
+        size = sum(container.lossless_size(part) for part in _lossless_parts(w))
+        return _as_weight(w, w), size, size, 0
     stream = codec.encode_sparse(_matrix(w), bound, index=pattern)
     dense = codec.compress_array(w, bound) if np.count_nonzero(w) > w.size // 2 else None
     if dense is not None and len(dense) < len(stream):
@@ -100,9 +101,15 @@ def encode_weight(w: np.ndarray, bound: float,
     else:
         info = codec.sparse_info(stream)
         decoded, sizes = codec.decode_sparse(stream), (len(stream), int(info["data_bytes"]), int(info["index_bytes"]))
-    if bound == 0 and size <= sizes[0]:  # integers: the container keeps the smaller of the two
-        sizes = (size, size, 0)
+    if bound == 0 and (size := container.lossless_size(w)) <= sizes[0]:
+        sizes = (size, size, 0)  # integers: the container keeps the smaller of the two
     return _as_weight(decoded, w), *sizes
+
+
+def _lossless_parts(w: np.ndarray) -> list:
+    """The tensor's bytes in LOSSLESS_PART pieces (views, no copy), at least one."""
+    data = memoryview(np.ascontiguousarray(w)).cast("B")
+    return [data[i:i + LOSSLESS_PART] for i in range(0, max(len(data), 1), LOSSLESS_PART)]
 
 
 def _as_weight(decoded: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -312,9 +319,10 @@ class Ladder:
     Bound 0, then a geometric ladder (factor 2 from FIRST_BOUND; int8/uint8: STEP_LADDER steps)
     climbing until the loss exceeds `stop` or every value would be reconstructed as zero, then every
     ladder step where the loss leaves zero while still within the budget split into REFINE_STEPS.
-    `next()` may hand out a ladder bound before the ones below it are measured (so that parallel
-    executors have work); `points()` is what measuring one bound after the other gives, whatever
-    else was measured and in whichever order the results came.
+    Tasks are (bound, part): a float layer's bound 0 is measured in parts (LOSSLESS_PART), any
+    other bound in one, part 0. `next()` may hand out a ladder bound before the ones below it are
+    measured (so that parallel executors have work); `points()` is what measuring one bound after
+    the other gives, whatever else was measured and in whichever order the results came.
     """
 
     def __init__(self, name: str, weight: np.ndarray, budget: float, discrete: bool):
@@ -329,8 +337,10 @@ class Ladder:
             self.ladder = [FIRST_BOUND]
             while self.ladder[-1] < top:
                 self.ladder.append(self.ladder[-1] * 2)
+        self.parts = 1 if self.integer else len(_lossless_parts(codec.stored_array(weight)))
         self.measured: dict[float, Point] = {}
-        self.issued: set[float] = set()
+        self._lossless: dict[int, Point] = {}  # bound 0's parts, until all are in
+        self.issued: set[tuple[float, int]] = set()
 
     def _climbed(self) -> tuple[list, bool]:
         """The ladder's points as far as they are known and count; whether the climb is settled."""
@@ -350,24 +360,32 @@ class Ladder:
         return [lo.bound * 2 ** (k / REFINE_STEPS) for lo, hi in zip(climbed, climbed[1:])
                 if hi.loss > 0 and lo.loss <= self.budget for k in range(1, REFINE_STEPS)]
 
-    def next(self) -> Optional[float]:
-        """A bound to measure now, or None: all handed out, or waiting for results to decide."""
-        wanted = [0.0]
+    def next(self) -> Optional[tuple[float, int]]:
+        """A task, (bound, part), to measure now, or None: all handed out, or waiting for results."""
+        wanted = [(0.0, part) for part in range(self.parts)]
         for bound in self.ladder:
-            wanted.append(bound)
+            wanted.append((bound, 0))
             point = self.measured.get(bound)
             if point is not None and point.loss > self.stop:
                 break
         climbed, settled = self._climbed()
         if settled:
-            wanted += self._refinements(climbed)
-        return next((bound for bound in wanted if bound not in self.issued), None)
+            wanted += [(bound, 0) for bound in self._refinements(climbed)]
+        return next((task for task in wanted if task not in self.issued), None)
 
-    def issue(self, bound: float) -> None:
-        self.issued.add(bound)
+    def issue(self, task: tuple[float, int]) -> None:
+        self.issued.add(task)
 
-    def add(self, point: Point) -> None:
-        self.measured[point.bound] = point
+    def add(self, task: tuple[float, int], point: Point) -> None:
+        """The result of a task; bound 0's point once all of its parts are in."""
+        bound, part = task
+        if bound != 0 or self.parts == 1:
+            self.measured[bound] = point
+            return
+        self._lossless[part] = point
+        if len(self._lossless) == self.parts:
+            size = sum(p.size for p in self._lossless.values())
+            self.measured[0.0] = Point(self.name, 0.0, size, size, 0, 0.0)
 
     @property
     def done(self) -> bool:
@@ -381,19 +399,28 @@ class Ladder:
         return sorted([self.measured[0.0]] + climbed + refined, key=lambda p: p.bound)
 
 
-def measure_point(evaluator: Evaluator, name: str, bound: float, weight: Optional[np.ndarray] = None,
+def measure_point(evaluator: Evaluator, name: str, bound: float, part: int = 0, weight: Optional[np.ndarray] = None,
                   pattern: Optional[codec.SparseIndex] = None) -> Point:
-    """Layer `name` alone compressed at `bound` (an executor's task). weight: what bound 0 keeps, with
-    its codec.sparse_index as `pattern` (default: the layer's stored weights, whose pattern the
-    evaluator keeps: the index section depends on where the non-zeros are, not on the bound); a
-    bound > 0 encodes evaluator.candidate(name, bound)."""
+    """Layer `name` alone compressed at `bound` (an executor's task; a Ladder's (bound, part)).
+    weight: what bound 0 keeps, with its codec.sparse_index as `pattern` (default: the layer's stored
+    weights, whose pattern the evaluator keeps: the index section depends on where the non-zeros
+    are, not on the bound); a bound > 0 encodes evaluator.candidate(name, bound). Bound 0 is the
+    original, so its loss is 0 without evaluating; a float layer's is the size of one of its
+    lossless parts (`part`)."""
     if weight is None:
         if name not in evaluator.patterns:
             stored = np.asarray(evaluator.model.stored(name))
             evaluator.patterns[name] = stored, codec.sparse_index(_matrix(stored))
         weight, pattern = evaluator.patterns[name]
-    decoded, size, data, index = encode_weight(evaluator.candidate(name, bound) if bound else weight, bound, pattern)
-    m = evaluator.measure({} if bound == 0 else {name: decoded})
+    if bound == 0:
+        stored = codec.stored_array(weight)
+        if stored.dtype.kind == "f":
+            size = container.lossless_size(_lossless_parts(stored)[part])
+        else:
+            _, size, _, _ = encode_weight(stored, 0.0, pattern)
+        return Point(name, 0.0, size, size, 0, 0.0)
+    decoded, size, data, index = encode_weight(evaluator.candidate(name, bound), bound, pattern)
+    m = evaluator.measure({name: decoded})
     return Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
 
 
@@ -408,11 +435,11 @@ def assess_layer(
     bound, bound 0 first. `budget` is the allowed loss summed over the samples (for top-1: samples)."""
     ladder = Ladder(name, weight, budget, evaluator.metric.discrete)
     pattern = codec.sparse_index(_matrix(weight))
-    while (bound := ladder.next()) is not None:
-        ladder.issue(bound)
-        ladder.add(measure_point(evaluator, name, bound, weight, pattern))
-        if on_point:
-            on_point(ladder.measured[bound])
+    while (task := ladder.next()) is not None:
+        ladder.issue(task)
+        ladder.add(task, measure_point(evaluator, name, *task, weight, pattern))
+        if on_point and task[0] in ladder.measured:
+            on_point(ladder.measured[task[0]])
     return ladder.points()
 
 
@@ -434,17 +461,18 @@ def assess(evaluator: Evaluator, layer_names: Sequence[str], budget: float, prog
         def task():
             # layer by layer, so that a worker keeps evaluating the layer whose inputs it has cached
             for ladder in ladders.values():
-                bound = ladder.next()
-                if bound is not None:
-                    ladder.issue(bound)
-                    return ladder.name, bound
+                task = ladder.next()
+                if task is not None:
+                    ladder.issue(task)
+                    return (ladder.name, *task)
             return None
 
         def done(args, point):
-            ladder = ladders[args[0]]
-            ladder.add(point)
-            if on_point:
-                on_point(point)
+            name, bound, part = args
+            ladder = ladders[name]
+            ladder.add((bound, part), point)
+            if on_point and bound in ladder.measured:
+                on_point(ladder.measured[bound])
             if ladder.done:
                 bar.set_postfix_str(f"{ladder.name}: {len(ladder.measured)} evaluations")
                 bar.update()

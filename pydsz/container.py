@@ -191,7 +191,7 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
         bound = min(bounds[g.name] for g in group)
         w = model.stored(layer)
         representation, stream = _encode_tensor(w, bound)
-        if bound == 0 and len(stream) >= len(zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(w.tobytes())):
+        if bound == 0 and len(stream) >= lossless_size(np.ascontiguousarray(w)):
             continue  # lossless entropy coding of integers that does not beat the zstd of the rest
         entries.append(TensorEntry(
             name=",".join(g.name for g in group), buffer_index=buffer_index, offset=layer.offset,
@@ -202,13 +202,24 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
     return _serialize(len(data), bytes(rest), entries)
 
 
-def _serialize(model_bytes: int, rest: bytes, entries: list[TensorEntry]) -> bytes:
+def _rest_compressor(checksum: bool) -> zstandard.ZstdCompressor:
     # a 256 KiB window: the rest is zero runs and metadata, which gain nothing from a longer one (the
     # bundled models' rest grows by 0.02%), and the streaming decoder then works in cache and
     # allocates 256 KiB where level 19's own choice is up to 8 MiB (AlexNet's FC: 8 MiB, 25% slower)
     params = zstandard.ZstdCompressionParameters.from_level(_ZSTD_LEVEL, window_log=_ZSTD_WINDOW_LOG,
-                                                            write_checksum=True)
-    rest_z = zstandard.ZstdCompressor(compression_params=params).compress(rest)
+                                                            write_checksum=checksum)
+    return zstandard.ZstdCompressor(compression_params=params)
+
+
+def lossless_size(data) -> int:
+    """The bytes `data` (a buffer) takes when kept lossless in the model's zstd section: its size
+    compressed alone with that section's parameters. Within the section, where the window holds
+    only 256 KiB of what came before, a large tensor's share differs from this by ~0.1%."""
+    return len(_rest_compressor(checksum=False).compress(data))
+
+
+def _serialize(model_bytes: int, rest: bytes, entries: list[TensorEntry]) -> bytes:
+    rest_z = _rest_compressor(checksum=True).compress(rest)
     table = bytearray()
     for e in entries:
         name = e.name.encode()

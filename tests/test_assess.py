@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pydsz import container
-from pydsz.assess import Evaluator, Ladder, Measure, Point, assess_layer, compressible_layers, encode_weight
+from pydsz.assess import (LOSSLESS_PART, Evaluator, Ladder, Measure, Point, assess_layer, compressible_layers,
+                          encode_weight, measure_point)
 from pydsz.data import bundled, load_npz
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
@@ -128,31 +129,58 @@ def _losses(onset: float, slope: float, seed: int):
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_ladder_points_do_not_depend_on_speculation_or_the_order_results_come_in(data):
-    integer = data.draw(st.booleans())
-    weight = np.array([90, -40], np.int8) if integer else np.array([0.3, -0.2], np.float32)
+    kind = data.draw(st.sampled_from(["int8", "float32", "float32 in 3 lossless parts"]))
+    weight = np.array([90, -40], np.int8) if kind == "int8" else np.array([0.3, -0.2], np.float32)
+    if kind.endswith("parts"):
+        weight = np.concatenate([weight, np.zeros(LOSSLESS_PART // 2, np.float32)])
     budget = data.draw(st.floats(0.5, 30))
     discrete = data.draw(st.booleans())
     loss = _losses(data.draw(st.sampled_from([1.0, 3.0, 2e-4, 3e-3, 0.05])), data.draw(st.floats(0.5, 20)),
                    data.draw(st.integers(0, 1000)))
-    point = lambda bound: Point("w", bound, 0, 0, 0, loss(bound))  # noqa: E731
+    # a task's result: bound 0's parts are sized 10, 11, ... and add up to its point
+    point = lambda bound, part: Point("w", bound, 10 + part, 10 + part, 0, loss(bound) if bound else 0.0)  # noqa: E731
 
     one_by_one = Ladder("w", weight, budget, discrete)
-    while (bound := one_by_one.next()) is not None:
-        one_by_one.issue(bound)
-        one_by_one.add(point(bound))
+    assert one_by_one.parts == (3 if kind.endswith("parts") else 1)
+    while (task := one_by_one.next()) is not None:
+        one_by_one.issue(task)
+        one_by_one.add(task, point(*task))
     assert one_by_one.done
+    assert one_by_one.points()[0] == Point("w", 0.0, *[sum(range(10, 10 + one_by_one.parts))] * 2, 0, 0.0)
 
     parallel, running = Ladder("w", weight, budget, discrete), []
     slots = data.draw(st.integers(1, 8))
     while True:
-        bound = parallel.next() if len(running) < slots else None
-        if bound is not None:
-            parallel.issue(bound)
-            running.append(bound)
+        task = parallel.next() if len(running) < slots else None
+        if task is not None:
+            parallel.issue(task)
+            running.append(task)
         elif running:  # a result comes back, any of those running
-            parallel.add(point(running.pop(data.draw(st.integers(0, len(running) - 1)))))
+            task = running.pop(data.draw(st.integers(0, len(running) - 1)))
+            parallel.add(task, point(*task))
         else:
             break
     assert parallel.done
     assert parallel.points() == one_by_one.points()
     assert set(one_by_one.measured) <= set(parallel.measured)
+
+
+def test_a_large_float_layers_lossless_size_is_measured_in_parts_that_add_up_to_the_whole():
+    rng = np.random.default_rng(5)
+    w = np.zeros(LOSSLESS_PART // 2 + 1024, np.float32)  # two parts and a bit: three tasks
+    hot = rng.choice(w.size, w.size // 1000, replace=False)  # sparse enough to compress fast
+    w[hot] = rng.normal(0, 0.05, hot.size).astype(np.float32)
+    _, size, _, _ = encode_weight(w, 0.0)
+    whole = container.lossless_size(w)
+    assert abs(size - whole) <= 0.002 * whole
+    weight = w.reshape(-1, 1024)
+    ladder = Ladder("w", weight, 1.0, True)
+    data, _ = _model("lenet300.tflite")
+    evaluator = Evaluator(data, np.zeros((1, 28, 28), np.float32), np.zeros(1, np.int64), [])
+    parts = []
+    while (task := ladder.next())[0] == 0:
+        ladder.issue(task)
+        parts.append(task)
+        ladder.add(task, measure_point(evaluator, "w", *task, weight))
+    assert parts == [(0.0, 0), (0.0, 1), (0.0, 2)]
+    assert ladder.measured[0.0] == Point("w", 0.0, size, size, 0, 0.0)
