@@ -201,6 +201,14 @@ def _random_crop(rng, shape: tuple) -> tuple:
     return x0, y0, x0 + s, y0 + s
 
 
+def _eye_window(faces: np.ndarray, i: int, side: str) -> Image.Image:
+    """12x12 window over one eye of LFW face i; the right eye mirrored, as MediaPipe's iris graph
+    mirrors it (the model knows left eyes only)."""
+    x0 = 1 if side == "left" else 12
+    im = Image.fromarray(faces[i]).convert("RGB").crop((x0, 5, x0 + 12, 17))
+    return im.transpose(Image.FLIP_LEFT_RIGHT) if side == "right" else im
+
+
 def _pictures(spec: ModelSpec, split: str, count: int):
     """Yield (PIL image, provenance dict) for one split, deterministic."""
     rng = _rng(spec.name, split)
@@ -235,10 +243,7 @@ def _pictures(spec: ModelSpec, split: str, count: int):
         im = Image.fromarray(faces[i]).convert("RGB")
         meta = {"source": "lfw_subset", "index": int(i), "licence": "Labeled Faces in the Wild (research data)"}
         if side is not None:
-            x0 = 1 if side == "left" else 12
-            im = im.crop((x0, 5, x0 + 12, 17))
-            if side == "right":
-                im = im.transpose(Image.FLIP_LEFT_RIGHT)
+            im = _eye_window(faces, i, side)
             meta["eye"] = side
         yield im, meta
     for _ in range(count - n_lfw):
@@ -269,6 +274,44 @@ def build(name: str, cache: Path = DEFAULT_CACHE, force: bool = False) -> dict:
             sources[file] = meta
         manifest.write_text(json.dumps(sources, indent=1))  # written last: marks the folder complete
     return out
+
+
+def build_hessian(name: str, cache: Path = DEFAULT_CACHE, count: int = N_CALIB) -> Path:
+    """CACHE/<name>/hessian/: photos for `dsz compress --compensate --calibration`, which builds the
+    compensation's Hessians; neither calib/ (the decisions) nor test/ holds any of them.
+
+    Eye models only: the LFW eye windows that calib/ and test/ left out, those of faces neither
+    folder uses first, then the other eye of faces one folder uses (a different picture of the same
+    face). Every other photograph of the wheels already feeds calib/ or test/."""
+    spec = BY_NAME[name]
+    if spec.images != "eye":
+        raise ValueError(f"{name}: no photographs are left for a third, disjoint folder (eye models only)")
+    paths = build(name, cache)
+    folder = cache / name / "hessian"
+    manifest = folder / "sources.json"
+    if manifest.exists():
+        return folder
+    used = set()
+    for split in ("calib", "test"):
+        for meta in json.loads((paths[split] / "sources.json").read_text()).values():
+            if meta["source"] == "lfw_subset":
+                used.add((meta["index"], meta["eye"]))
+    faces_used = {i for i, _ in used}
+    left = [(i, side) for i in range(100) for side in ("left", "right") if (i, side) not in used]
+    left.sort(key=lambda item: item[0] in faces_used)  # stable: unused faces first, in index order
+    if len(left) < count:
+        raise ValueError(f"{name}: only {len(left)} eye windows are left, {count} asked")
+    height, width = input_size(paths["model"])
+    faces = _lfw_faces()
+    folder.mkdir(parents=True, exist_ok=True)
+    sources = {}
+    for k, (i, side) in enumerate(left[:count]):
+        file = f"{k:03d}.png"
+        _eye_window(faces, i, side).resize((width, height), Image.BICUBIC).save(folder / file)
+        sources[file] = {"source": "lfw_subset", "index": i, "eye": side, "face_in_calib_or_test": i in faces_used,
+                         "licence": "Labeled Faces in the Wild (research data)"}
+    manifest.write_text(json.dumps(sources, indent=1))
+    return folder
 
 
 def main(argv=None) -> int:

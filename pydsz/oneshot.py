@@ -26,7 +26,7 @@ from pydsz.prune import (ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, PruneResult, 
                          sparsity_targets)
 
 __all__ = ["im2col", "layer_matrix", "weight_from_matrix", "hessian", "sweep", "grid", "compensate",
-           "prune_layers", "prune_model", "OneShotResult", "Compensator"]
+           "prune_layers", "prune_model", "OneShotResult", "Compensator", "rank_warnings"]
 
 DAMP = 0.01  # share of H's mean diagonal added to it: keeps the inverse stable (SparseGPT's default)
 BLOCK = 128  # columns per lazy block: updates within a block are rank-1, across blocks one matmul
@@ -401,11 +401,29 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     return chosen, warnings
 
 
+def rank_warnings(model: TFLiteModel, layers: Sequence[Layer], samples: int) -> list[str]:
+    """One line per layer whose H `samples` calibration inputs leave singular: fewer input rows
+    (samples x the layer's output positions) than the layer has inputs. Damping keeps H invertible,
+    but along the directions no sample spans it is the damping alone, so the compensation fits
+    those samples and is blind elsewhere."""
+    lines = []
+    for layer in layers:
+        out = model.tensors[layer.output].shape
+        rows = samples * int(np.prod(out[:-1], dtype=np.int64))
+        cols = layer.shape[1] * layer.shape[2] if _is_depthwise(layer) else int(np.prod(layer.shape[1:]))
+        if rows < cols:
+            lines.append(f"layer {layer.name}: {samples} calibration samples give its Hessian rank {rows} at most, "
+                         f"of {cols} inputs: damping keeps it invertible, but the compensation fits these samples "
+                         f"only; give at least {-(-cols * samples // rows)} samples")
+    return lines
+
+
 class Compensator:
     """Compensated candidate weights per (layer, bound) for the assessment.
 
-    H is taken on the model as given: the assessment varies one layer at a time with the others
-    intact. Each layer's factor is computed on first use and kept; pruned positions stay zero.
+    H is taken on the model as given, from the calibration inputs x: the assessment varies one layer
+    at a time with the others intact. Each layer's factor is computed on first use and kept; pruned
+    positions stay zero. `warnings` names the layers whose H x leaves singular (rank_warnings).
     """
 
     def __init__(self, tflite_bytes: bytes, x: np.ndarray, layers: Sequence[str], damp: float = DAMP,
@@ -414,6 +432,8 @@ class Compensator:
         self.layers = {name: self.model.layer(name) for name in layers}
         check_memory(list(self.layers.values()), max_hessian_bytes)
         self.x, self.damp, self.num_threads = x, damp, num_threads
+        samples = len(x[0]) if isinstance(x, (list, tuple)) else len(x)
+        self.warnings = rank_warnings(self.model, list(self.layers.values()), samples)
         self._factors: dict[str, list[np.ndarray]] = {}
 
     def weights(self, name: str, bound: float) -> np.ndarray:
