@@ -139,11 +139,14 @@ def hessian_note(tflite_bytes: bytes, names: Sequence[str]) -> str:
 
 
 def hessian(model: TFLiteModel, layer: Layer, x: np.ndarray, num_threads: Optional[int] = None) -> np.ndarray:
-    """2/n * sum of the outer products of the layer's input rows over the calibration set x,
-    float64, accumulated chunk by chunk: [groups, cols, cols] (one group but for depthwise)."""
+    """2/n * sum of the outer products of the layer's input rows over the calibration set x (one
+    array, or a list of one per model input), float64, accumulated chunk by chunk:
+    [groups, cols, cols] (one group but for depthwise)."""
+    several = isinstance(x, (list, tuple))
     h, rows = None, 0
-    for start in range(0, len(x), CHUNK):
-        inputs = runtime.capture(model.data, x[start:start + CHUNK], layer.input, num_threads=num_threads)
+    for start in range(0, len(x[0]) if several else len(x), CHUNK):
+        part = [a[start:start + CHUNK] for a in x] if several else x[start:start + CHUNK]
+        inputs = runtime.capture(model.data, part, layer.input, num_threads=num_threads)
         for p in _patches(model, layer, inputs.astype(np.float64)):
             if p.ndim == 2:
                 p = p[None]
