@@ -192,7 +192,8 @@ def _peak_memory() -> str:
 
 
 def _calibration(args, model_bytes: bytes):
-    """--calibration (an .npz or a directory of images, labels unused) for this model, or None."""
+    """--calibration (an .npz or a directory of images, labels unused) for this model, or None;
+    --normalize maps its pixels when it is a directory of images."""
     from .data import load_data
     from .model import TFLiteModel
 
@@ -200,7 +201,8 @@ def _calibration(args, model_bytes: bytes):
         return None
     if not args.compensate:
         raise InputError("--calibration builds the Hessians of --compensate: give --compensate too")
-    return load_data(args.calibration, TFLiteModel(model_bytes), normalize=args.normalize)[0]
+    normalize = args.normalize if os.path.isdir(args.calibration) else None
+    return load_data(args.calibration, TFLiteModel(model_bytes), normalize=normalize)[0]
 
 
 def cmd_compress(args) -> None:
@@ -460,7 +462,7 @@ def _add_pipeline_commands(sub) -> None:
                    "move less at the same bound (opt-in; bench/compensate.py and bench/oneshot_conv.py measure it)")
     p.add_argument("--calibration", metavar="PATH", default=None,
                    help="with --compensate: the inputs the Hessians are built from (an .npz with x, or a directory "
-                   "of images, --normalize as for --data; no labels needed), disjoint from --data. Without it the "
+                   "of images, mapped by --normalize; no labels needed), disjoint from --data. Without it the "
                    "Hessians come from --data, the compensation fits the very samples the loss is measured on, and "
                    "a warning says so: the loss on other data is then likely larger than the budget")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")

@@ -403,26 +403,25 @@ def test_cli_compensates_from_a_directory_of_images_and_refuses_a_mismatched_set
 
     from test_cli import assert_user_error, dsz
 
-    x, y = load_npz(bundled("fmnist_val.npz"))
-    images = tmp_path / "calibration"
-    images.mkdir()
-    for i, image in enumerate(x[3000:3300]):
-        Image.fromarray(image).save(images / f"{i:03d}.png")
-    data = tmp_path / "val.npz"
-    np.savez(data, x=x[:1000], y=y[:1000])
-    out = tmp_path / "out.dsz"
-    result = dsz("compress", bundled("lenet300.tflite"), "--data", data, "--compensate", "--calibration", images,
+    x, _ = load_npz(bundled("fmnist_val.npz"))
+    data, images = tmp_path / "data", tmp_path / "calibration"
+    for folder, part in ((data, x[:600]), (images, x[3000:3300])):
+        folder.mkdir()
+        for i, image in enumerate(part):
+            Image.fromarray(image).save(folder / f"{i:03d}.png")
+    model, out = bundled("lenet5.tflite"), tmp_path / "out.dsz"
+    result = dsz("compress", model, "--data", data, "--normalize", "0,255", "--compensate", "--calibration", images,
                  "-o", out)
     assert result.returncode == 0, result.stderr
     assert "same samples" not in result.stdout and out.exists()
     # without --calibration the user is told the compensation and the decisions share the samples
-    result = dsz("compress", bundled("lenet300.tflite"), "--data", data, "--compensate", "-o", out)
+    result = dsz("compress", model, "--data", data, "--normalize", "0,255", "--compensate", "-o", out)
     assert result.returncode == 0 and "warning: the compensation's Hessians come from the same samples" in result.stdout
 
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((50, 5, 5), np.float32))
-    for extra, words in (([ "--compensate", "--calibration", bad], ("bad.npz", "(5, 5)", "(28, 28")),
+    for extra, words in ((["--compensate", "--calibration", bad], ("bad.npz", "(5, 5)", "(28, 28")),
                          (["--calibration", images], ("--calibration", "--compensate"))):
         out = tmp_path / "never.dsz"
-        assert_user_error(dsz("compress", bundled("lenet300.tflite"), "--data", data, *extra, "-o", out), *words)
+        assert_user_error(dsz("compress", model, "--data", data, "--normalize", "0,255", *extra, "-o", out), *words)
         assert not out.exists()
