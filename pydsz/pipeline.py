@@ -246,6 +246,8 @@ def compress(
     if evaluator.compensator is not None and evaluator.compensator.layers:
         if calibration is None:
             warnings.append(SHARED_SAMPLES)
+        else:
+            warnings += _overlap_warnings(evaluator.x, evaluator.compensator.x)
         warnings += evaluator.compensator.warnings
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)
@@ -292,6 +294,30 @@ def compress(
         evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
         compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
     )
+
+
+def _sample_digests(x) -> list[bytes]:
+    """One digest per sample of fitted inputs (an array, or a list of one per model input)."""
+    import hashlib
+
+    arrays = [np.ascontiguousarray(a) for a in (x if isinstance(x, (list, tuple)) else [x])]
+    digests = []
+    for i in range(len(arrays[0])):
+        h = hashlib.blake2b(digest_size=16)
+        for a in arrays:
+            h.update(a[i].tobytes())
+        digests.append(h.digest())
+    return digests
+
+
+def _overlap_warnings(x, calibration) -> list[str]:
+    """A warning when calibration samples also appear in x (the same file given twice, say)."""
+    data, own = set(_sample_digests(x)), _sample_digests(calibration)
+    shared = sum(d in data for d in own)
+    if not shared:
+        return []
+    return [f"{shared} of the {len(own)} calibration samples are also in the data the bounds are chosen on: "
+            "there the compensation fits the samples it is judged on"]
 
 
 def _point(table: dict, name: str, bound: float) -> Point:

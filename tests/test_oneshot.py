@@ -325,6 +325,7 @@ def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data
                                calibration=calibration)
     assert result.compensated == ["fc1", "fc2", "fc3"] and result.loss <= 0.003
     assert pipeline.SHARED_SAMPLES not in result.warnings
+    assert not any("calibration samples are also in the data" in w for w in result.warnings)
     decoded = container.load(result.dsz).weights()
     by_calibration, by_data = Compensator(data, calibration, result.compensated), Compensator(data, x[:1000], result.compensated)
     differs = False
@@ -341,6 +342,15 @@ def test_compress_compensating_on_its_own_data_warns_that_they_share_the_samples
     result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
                                compensate=True)
     assert pipeline.SHARED_SAMPLES in result.warnings
+
+
+def test_calibration_samples_that_are_also_in_the_data_are_counted_in_a_warning():
+    from pydsz import pipeline
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
+                               compensate=True, calibration=x[900:1200])
+    assert any(w.startswith("100 of the 300 calibration samples are also in the data") for w in result.warnings)
 
 
 def test_a_calibration_set_of_another_shape_is_refused_by_name():
