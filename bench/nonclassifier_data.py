@@ -106,6 +106,12 @@ PHOTOS = {
     "coins": (SKIMAGE, "skimage/data/coins.png", "Galata Museum, public domain"),
     "china": (SKLEARN, "sklearn/datasets/images/china.jpg", "CC-BY 2.0 (danielbuechele)"),
     "flower": (SKLEARN, "sklearn/datasets/images/flower.jpg", "CC-BY 2.0 (vultilion)"),
+    # only in hessian/ (build_hessian), for the scene models
+    "brick": (SKIMAGE, "skimage/data/brick.png", "CC0 (CC0Textures)"),
+    "grass": (SKIMAGE, "skimage/data/grass.png", "CC0 (linolafett)"),
+    "gravel": (SKIMAGE, "skimage/data/gravel.png", "CC0 (CC0Textures)"),
+    "cell": (SKIMAGE, "skimage/data/cell.png", "CC0"),
+    "immunohistochemistry": (SKIMAGE, "skimage/data/ihc.png", "no known copyright restrictions"),
 }
 # scikit-image's lfw_subset.npy: 100 Labeled Faces in the Wild faces (then 100 non-faces), 25x25 grey.
 LFW = (SKIMAGE, "skimage/data/lfw_subset.npy")
@@ -115,6 +121,8 @@ LFW = (SKIMAGE, "skimage/data/lfw_subset.npy")
 SCENE_SOURCES = {
     "calib": ["astronaut", "coffee", "china", "motorcycle_left", "hubble_deep_field"],
     "test": ["camera", "chelsea", "rocket", "flower", "retina", "coins"],
+    # what is left in the wheels: textures and micrographs, unlike the other two folders' scenes
+    "hessian": ["brick", "grass", "gravel", "cell", "immunohistochemistry"],
 }
 # Faces: LFW faces 0-49 calibrate, 50-99 test; plus jittered crops of one larger face per split
 # (astronaut for calib, the cameraman for test) at a resolution LFW's 25x25 lacks.
@@ -201,6 +209,14 @@ def _random_crop(rng, shape: tuple) -> tuple:
     return x0, y0, x0 + s, y0 + s
 
 
+def _eye_window(faces: np.ndarray, i: int, side: str) -> Image.Image:
+    """12x12 window over one eye of LFW face i; the right eye mirrored, as MediaPipe's iris graph
+    mirrors it (the model knows left eyes only)."""
+    x0 = 1 if side == "left" else 12
+    im = Image.fromarray(faces[i]).convert("RGB").crop((x0, 5, x0 + 12, 17))
+    return im.transpose(Image.FLIP_LEFT_RIGHT) if side == "right" else im
+
+
 def _pictures(spec: ModelSpec, split: str, count: int):
     """Yield (PIL image, provenance dict) for one split, deterministic."""
     rng = _rng(spec.name, split)
@@ -235,10 +251,7 @@ def _pictures(spec: ModelSpec, split: str, count: int):
         im = Image.fromarray(faces[i]).convert("RGB")
         meta = {"source": "lfw_subset", "index": int(i), "licence": "Labeled Faces in the Wild (research data)"}
         if side is not None:
-            x0 = 1 if side == "left" else 12
-            im = im.crop((x0, 5, x0 + 12, 17))
-            if side == "right":
-                im = im.transpose(Image.FLIP_LEFT_RIGHT)
+            im = _eye_window(faces, i, side)
             meta["eye"] = side
         yield im, meta
     for _ in range(count - n_lfw):
@@ -258,17 +271,60 @@ def build(name: str, cache: Path = DEFAULT_CACHE, force: bool = False) -> dict:
         manifest = folder / "sources.json"
         if manifest.exists() and not force:
             continue
-        folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.glob("*.png"):
-            old.unlink()
-        sources = {}
-        for k, (im, meta) in enumerate(_pictures(spec, split, count)):
-            # resized here to the input size, so the CLI's own resize is the identity
-            file = f"{k:03d}.png"
-            im.resize((width, height), Image.BICUBIC).save(folder / file)
-            sources[file] = meta
-        manifest.write_text(json.dumps(sources, indent=1))  # written last: marks the folder complete
+        _write_folder(folder, _pictures(spec, split, count), (height, width))
     return out
+
+
+def _write_folder(folder: Path, pictures, size: tuple) -> Path:
+    """PNGs of (image, provenance) pairs at size (height, width), then sources.json, written last:
+    it marks the folder complete."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.png"):
+        old.unlink()
+    sources = {}
+    for k, (im, meta) in enumerate(pictures):
+        # resized here to the input size, so the CLI's own resize is the identity
+        file = f"{k:03d}.png"
+        im.resize((size[1], size[0]), Image.BICUBIC).save(folder / file)
+        sources[file] = meta
+    (folder / "sources.json").write_text(json.dumps(sources, indent=1))
+    return folder
+
+
+def build_hessian(name: str, cache: Path = DEFAULT_CACHE, count: int = N_CALIB) -> Path:
+    """CACHE/<name>/hessian/: photos for `dsz compress --compensate --calibration`, which builds the
+    compensation's Hessians; neither calib/ (the decisions) nor test/ holds any of them.
+
+    Eye models: the LFW eye windows that calib/ and test/ left out, those of faces neither folder
+    uses first, then the other eye of faces one folder uses (a different picture of the same face).
+    Scene models: random crops of the photographs SCENE_SOURCES["hessian"] names. Face models: none
+    (every LFW face and face photograph of the wheels feeds calib/ or test/)."""
+    spec = BY_NAME[name]
+    if spec.images == "face":
+        raise ValueError(f"{name}: no face photographs are left for a third, disjoint folder")
+    paths = build(name, cache)
+    folder = cache / name / "hessian"
+    manifest = folder / "sources.json"
+    if manifest.exists():
+        return folder
+    if spec.images == "scene":
+        return _write_folder(folder, _pictures(spec, "hessian", count), input_size(paths["model"]))
+    used = set()
+    for split in ("calib", "test"):
+        for meta in json.loads((paths[split] / "sources.json").read_text()).values():
+            if meta["source"] == "lfw_subset":
+                used.add((meta["index"], meta["eye"]))
+    faces_used = {i for i, _ in used}
+    left = [(i, side) for i in range(100) for side in ("left", "right") if (i, side) not in used]
+    left.sort(key=lambda item: item[0] in faces_used)  # stable: unused faces first, in index order
+    if len(left) < count:
+        raise ValueError(f"{name}: only {len(left)} eye windows are left, {count} asked")
+    faces = _lfw_faces()
+    pictures = ((_eye_window(faces, i, side), {"source": "lfw_subset", "index": i, "eye": side,
+                                                "face_in_calib_or_test": i in faces_used,
+                                                "licence": "Labeled Faces in the Wild (research data)"})
+                for i, side in left[:count])
+    return _write_folder(folder, pictures, input_size(paths["model"]))
 
 
 def main(argv=None) -> int:

@@ -1,17 +1,20 @@
 """One-shot pruning of a float32 conv model written by others, then compression, within 1% output error.
 
     python bench/oneshot_conv.py [--models iris_landmark] [--sparsities 0.2] [--max-loss 0.01]
-                                 [--rerun-unpruned]
+                                 [--rerun-unpruned] [--reuse]
 
 For each MediaPipe model (bench/nonclassifier_data.py: the model from its PyPI wheel, 64 calibration
-photos and 64 disjoint test photos), through the `dsz` CLI as a user would run it:
+photos, 64 disjoint test photos and 64 photos for the Hessians, disjoint from both), through the
+`dsz` CLI as a user would run it:
 
     dsz prune MODEL --method oneshot --layers all --sparsity conv1=S,... --data calib/ -o pruned.tflite
         (the CONV_2D layers only: SparseGPT on a 3x3 depthwise kernel, 9 weights per channel, costs
         1.35% output error on iris_landmark at 10%, against 0.17% for the CONV_2D layers alone)
-    dsz compress pruned.tflite --data calib/ --metric output-error --max-loss B [--compensate] -o out.dsz
+    dsz compress pruned.tflite --data calib/ --metric output-error --max-loss B -o out.dsz
         where B = sqrt(max_loss^2 - e^2), e the pruned model's error on calib: the two perturbations
-        are independent, so their errors add in quadrature (as compress combines its layers')
+        are independent, so their errors add in quadrature (as compress combines its layers');
+        then the same with --compensate (Hessians on calib/, the photos the bounds are chosen on) and
+        with --compensate --calibration hessian/ (Hessians on photos the decisions never see)
     dsz eval out.dsz --reference MODEL --metric output-error --data calib/ | test/
 
 against (a) `dsz compress MODEL` of the unpruned model at max_loss (taken from
@@ -19,6 +22,8 @@ bench/results/nonclassifiers.json unless --rerun-unpruned: the same command, 15 
 (b) pack-only: `dsz pack MODEL --error-bound EB --layers all` with the largest single bound EB whose
 error on the calibration photos is within max_loss (bisection on log EB). Every error is measured
 against the ORIGINAL model. Prints one table; writes bench/results/oneshot_conv.json and .png.
+--reuse keeps the .dsz files an earlier run left in the work folder (only when the pruned model
+came out byte for byte the same) and measures them again; their rows say "reused".
 The machine was shared with other jobs: the seconds are indicative only.
 """
 
@@ -98,21 +103,26 @@ def prune(model: Path, layers: list, sparsity: float, calib: Path, normalize: st
     return {"seconds": p.seconds, "seconds_per_layer": per_layer, "method": method, "hessian": hessian}
 
 
-def compress(model: Path, calib: Path, normalize: str, max_loss: float, compensate: bool, out: Path,
-             log: Path) -> float:
+# (label, file suffix, extra compress arguments; "HESSIAN" stands for the hessian/ folder)
+CONFIGS = [("compress", "", []), ("compress --compensate", "_comp", ["--compensate"]),
+           ("compress --compensate --calibration hessian/", "_calib", ["--compensate", "--calibration", "HESSIAN"])]
+
+
+def compress(model: Path, calib: Path, normalize: str, max_loss: float, extra: list, out: Path, log: Path) -> float:
     run([DSZ, "compress", model, "--data", calib, f"--normalize={normalize}", "--metric", "output-error",
-         "--max-loss", f"{max_loss:.5f}", "--layers", "all", *(["--compensate"] if compensate else []),
-         "-o", out, "-q"], log)
+         "--max-loss", f"{max_loss:.5f}", "--layers", "all", *extra, "-o", out, "-q"], log)
     return out.stat().st_size
 
 
-def bench_model(name: str, sparsities: list, max_loss: float, rerun_unpruned: bool, work: Path, log: Path) -> dict:
+def bench_model(name: str, sparsities: list, max_loss: float, rerun_unpruned: bool, reuse: bool, work: Path,
+                log: Path) -> dict:
     from pydsz.model import TFLiteModel
     from pydsz.oneshot import selectable
 
     spec = nd.BY_NAME[name]
     paths = nd.build(name)
     model, calib, test, norm = paths["model"], paths["calib"], paths["test"], spec.normalize
+    hessian = nd.build_hessian(name)
     work = work / name
     work.mkdir(parents=True, exist_ok=True)
     m = TFLiteModel(model.read_bytes())
@@ -125,7 +135,7 @@ def bench_model(name: str, sparsities: list, max_loss: float, rerun_unpruned: bo
     if rerun_unpruned:
         print(f"[{time.strftime('%H:%M:%S')}] {name}: compress unpruned", flush=True)
         start = time.perf_counter()
-        size = compress(model, calib, norm, max_loss, False, work / "unpruned.dsz", log)
+        size = compress(model, calib, norm, max_loss, [], work / "unpruned.dsz", log)
         rows.append({"config": "compress unpruned", "dsz_bytes": size, "seconds": time.perf_counter() - start,
                      "calib_error": error(work / "unpruned.dsz", model, calib, norm, log),
                      "test_error": error(work / "unpruned.dsz", model, test, norm, log)})
@@ -137,29 +147,38 @@ def bench_model(name: str, sparsities: list, max_loss: float, rerun_unpruned: bo
 
     for s in sparsities:
         pruned = work / f"pruned_{s}.tflite"
+        before = pruned.read_bytes() if pruned.exists() else None
         print(f"[{time.strftime('%H:%M:%S')}] {name}: one-shot prune {s}", flush=True)
         info = prune(model, convs, s, calib, norm, pruned, log)
+        same_pruned = before == pruned.read_bytes()
         e_calib, e_test = error(pruned, model, calib, norm, log), error(pruned, model, test, norm, log)
         info.update(config=f"pruned {s} (no coding)", dsz_bytes=None, calib_error=e_calib, test_error=e_test,
                     sparsity=s, pruned_layers=len(convs))
         rows.append(info)
         left = math.sqrt(max(max_loss ** 2 - e_calib ** 2, 0.0))
-        for compensate in (False, True):
-            label = f"pruned {s} + compress" + (" --compensate" if compensate else "")
-            print(f"[{time.strftime('%H:%M:%S')}] {name}: {label} at {left:.4f}", flush=True)
-            out = work / f"pruned_{s}{'_comp' if compensate else ''}.dsz"
-            start = time.perf_counter()
-            size = compress(pruned, calib, norm, left, compensate, out, log)
-            rows.append({"config": label, "sparsity": s, "compress_max_loss": left, "dsz_bytes": size,
-                         "seconds": time.perf_counter() - start,
-                         "calib_error": error(out, model, calib, norm, log),
-                         "test_error": error(out, model, test, norm, log)})
+        for title, suffix, extra in CONFIGS:
+            label = f"pruned {s} + {title}"
+            out = work / f"pruned_{s}{suffix}.dsz"
+            row = {"config": label, "sparsity": s, "compress_max_loss": left}
+            if reuse and same_pruned and out.exists():
+                print(f"[{time.strftime('%H:%M:%S')}] {name}: {label}: reusing {out}", flush=True)
+                row.update(reused=True, seconds=None)
+            else:
+                print(f"[{time.strftime('%H:%M:%S')}] {name}: {label} at {left:.4f}", flush=True)
+                start = time.perf_counter()
+                compress(pruned, calib, norm, left, [hessian if a == "HESSIAN" else a for a in extra], out, log)
+                row["seconds"] = time.perf_counter() - start
+            row.update(dsz_bytes=out.stat().st_size, calib_error=error(out, model, calib, norm, log),
+                       test_error=error(out, model, test, norm, log),
+                       hessian_error=error(out, model, hessian, norm, log))
+            rows.append(row)
     pack = rows[0]["dsz_bytes"]
     for r in rows:
         if r.get("dsz_bytes"):
             r["file_ratio"] = file_bytes / r["dsz_bytes"]
             r["vs_pack_only"] = pack / r["dsz_bytes"]
-    return {"model": name, "file_bytes": file_bytes, "conv_layers_pruned": convs, "max_loss": max_loss, "rows": rows}
+    return {"model": name, "file_bytes": file_bytes, "conv_layers_pruned": convs, "max_loss": max_loss,
+            "hessian_photos": str(hessian), "rows": rows}
 
 
 def table(result: dict) -> str:
@@ -169,12 +188,14 @@ def table(result: dict) -> str:
              f"budget {result['max_loss']:g}"]
     body = []
     for r in result["rows"]:
-        body.append([r["config"], r["dsz_bytes"] or "-",
+        body.append([r["config"] + (" (reused)" if r.get("reused") else ""), r["dsz_bytes"] or "-",
                      f"{r['file_ratio']:.2f}x" if r.get("file_ratio") else "-",
                      f"{r['vs_pack_only']:.3f}" if r.get("vs_pack_only") else "-",
                      f"{r['calib_error']:.4f}", f"{r['test_error']:.4f}",
+                     f"{r['hessian_error']:.4f}" if "hessian_error" in r else "-",
                      f"{r['seconds']:.0f}" if r.get("seconds") is not None else "-"])
-    lines.append(format_table(["config", ".dsz B", "file x", "vs pack-only", "calib err", "test err", "s"], body))
+    lines.append(format_table(["config", ".dsz B", "file x", "vs pack-only", "calib err", "test err", "hessian err",
+                                      "s"], body))
     for r in result["rows"]:
         if "seconds_per_layer" in r:
             t = r["seconds_per_layer"]
@@ -209,13 +230,15 @@ def main(argv=None) -> int:
     parser.add_argument("--sparsities", default="0.2")
     parser.add_argument("--max-loss", type=float, default=0.01)
     parser.add_argument("--rerun-unpruned", action="store_true")
+    parser.add_argument("--reuse", action="store_true", help="measure the .dsz files an earlier run left, "
+                        "where the pruned model came out the same, instead of compressing again")
     parser.add_argument("--out", type=Path, default=RESULTS / "oneshot_conv.json")
     args = parser.parse_args(argv)
     work = nd.DEFAULT_CACHE / "oneshot_conv"
     work.mkdir(parents=True, exist_ok=True)
     log = work / "commands.log"
     results = [bench_model(name, [float(s) for s in args.sparsities.split(",")], args.max_loss,
-                           args.rerun_unpruned, work, log) for name in args.models.split(",")]
+                           args.rerun_unpruned, args.reuse, work, log) for name in args.models.split(",")]
     for res in results:
         print(table(res))
     args.out.write_text(json.dumps({"dsz": DSZ, "results": results}, indent=1, default=str))

@@ -131,7 +131,7 @@ class EvaluatorState:
     num_threads: Optional[int]
     use_tail: bool
     device: str
-    compensate: bool
+    compensate: object  # as Evaluator takes it: False, True or the calibration inputs
     token: str = field(default_factory=lambda: uuid.uuid4().hex)  # names this state on the workers
 
     def build(self) -> "Evaluator":
@@ -152,14 +152,16 @@ class Evaluator:
     only ops the GPU path runs; otherwise the tail stays in numpy and `cpu_reason` says why.
     `device` is what runs the tail.
 
-    compensate: the float32 layers' candidates at a bound are GPTQ-compensated (pydsz.oneshot,
-    with the Hessian of each layer's input on x) instead of the weights as they are: `candidate`
-    says what a layer is encoded from, and both assessment and verification measure that.
+    compensate: the float32 layers' candidates at a bound are GPTQ-compensated (pydsz.oneshot)
+    instead of the weights as they are: `candidate` says what a layer is encoded from, and both
+    assessment and verification measure that. True takes each layer's Hessian on x; calibration
+    inputs (arrays as x takes them) take it there instead, so that the compensation does not fit
+    the very samples the decisions are measured on.
     """
 
     def __init__(self, tflite_bytes: bytes, x, y, layer_names: Sequence[str],
                  metric: Union[str, metrics.Metric, Callable] = "top1", num_threads: Optional[int] = None,
-                 use_tail: bool = True, device: str = "cpu", compensate: bool = False):
+                 use_tail: bool = True, device: str = "cpu", compensate=False):
         from pydsz.tail import Tail
 
         self.model = TFLiteModel(tflite_bytes)
@@ -183,13 +185,15 @@ class Evaluator:
         self._decoded: dict[tuple, np.ndarray] = {}
         self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
         self.patterns: dict[str, tuple] = {}  # layer -> (its stored weights, their codec.sparse_index)
-        self.compensator = None
-        if compensate:
+        self.compensator, self._compensate = None, compensate
+        if compensate is not None and compensate is not False:
             from pydsz.oneshot import Compensator, selectable
 
             chosen = [layer.name for layer in selectable(self.model, ("fc", "conv")) if layer.name in self.layer_names]
-            self.compensator = Compensator(self.bytes, self.x[0] if len(self.x) == 1 else self.x, chosen,
-                                           num_threads=num_threads)
+            calibration = self.x if compensate is True else runtime.fit_inputs(
+                self.model.input_details(), compensate, source="calibration")
+            self.compensator = Compensator(self.bytes, calibration[0] if len(calibration) == 1 else calibration,
+                                           chosen, num_threads=num_threads)
         self.device, self.cpu_reason, self._gpu = "cpu", None, None
         if device == "gpu":
             self._use_gpu()
@@ -199,7 +203,7 @@ class Evaluator:
     def state(self) -> EvaluatorState:
         """This Evaluator's making, for another process to build the same one."""
         return EvaluatorState(self.bytes, self.x, self.y, self.layer_names, self.metric, self.num_threads,
-                              self.use_tail, self.device, self.compensator is not None)
+                              self.use_tail, self.device, self._compensate)
 
     def candidate(self, name: str, bound: float) -> np.ndarray:
         """What layer `name` is encoded from at `bound`: its stored weights, or, with compensation, its

@@ -191,6 +191,20 @@ def _peak_memory() -> str:
     return f"{kib / 1024:.0f} MiB"
 
 
+def _calibration(args, model_bytes: bytes):
+    """--calibration (an .npz or a directory of images, labels unused) for this model, or None;
+    --normalize maps its pixels when it is a directory of images."""
+    from .data import load_data
+    from .model import TFLiteModel
+
+    if args.calibration is None:
+        return None
+    if not args.compensate:
+        raise InputError("--calibration builds the Hessians of --compensate: give --compensate too")
+    normalize = args.normalize if os.path.isdir(args.calibration) else None
+    return load_data(args.calibration, TFLiteModel(model_bytes), normalize=normalize)[0]
+
+
 def cmd_compress(args) -> None:
     from . import cache
     from .container import write_atomic
@@ -202,6 +216,7 @@ def cmd_compress(args) -> None:
     device = _device(args)
     model = load_tflite(args.model)
     x, y = _data(args, model)
+    calibration = _calibration(args, model)
     executor = make_executor(args.cluster, args.workers, device)
     try:
         if not args.quiet and not isinstance(executor, Local):
@@ -209,7 +224,7 @@ def cmd_compress(args) -> None:
         result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
                           target_ratio=args.target_ratio, layers=args.layers, margin=args.margin,
                           progress=not args.quiet, num_threads=args.num_threads, device=device, executor=executor,
-                          compensate=args.compensate)
+                          compensate=args.compensate, calibration=calibration)
     finally:
         executor.close()
     write_atomic(args.output, result.dsz)
@@ -443,8 +458,13 @@ def _add_pipeline_commands(sub) -> None:
                    "(default 1; 0 trusts the measured losses as they are and overfits the data)")
     p.add_argument("--compensate", action="store_true",
                    help="encode GPTQ-compensated float32 weights: each value's quantization error is pushed into the "
-                   "weights not yet quantized through the inverse Hessian of the layer's inputs on --data, so the "
-                   "outputs move less at the same bound (opt-in; bench/compensate.py measures it)")
+                   "weights not yet quantized through the inverse Hessian of the layer's inputs, so the outputs "
+                   "move less at the same bound (opt-in; bench/compensate.py and bench/oneshot_conv.py measure it)")
+    p.add_argument("--calibration", metavar="PATH", default=None,
+                   help="with --compensate: the inputs the Hessians are built from (an .npz with x, or a directory "
+                   "of images, mapped by --normalize; no labels needed), disjoint from --data. Without it the "
+                   "Hessians come from --data, the compensation fits the very samples the loss is measured on, and "
+                   "a warning says so: the loss on other data is then likely larger than the budget")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, default=None,

@@ -26,7 +26,7 @@ from pydsz.prune import (ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, PruneResult, 
                          sparsity_targets)
 
 __all__ = ["im2col", "layer_matrix", "weight_from_matrix", "hessian", "sweep", "grid", "compensate",
-           "prune_layers", "prune_model", "OneShotResult", "Compensator"]
+           "prune_layers", "prune_model", "OneShotResult", "Compensator", "rank_warnings"]
 
 DAMP = 0.01  # share of H's mean diagonal added to it: keeps the inverse stable (SparseGPT's default)
 BLOCK = 128  # columns per lazy block: updates within a block are rank-1, across blocks one matmul
@@ -139,11 +139,14 @@ def hessian_note(tflite_bytes: bytes, names: Sequence[str]) -> str:
 
 
 def hessian(model: TFLiteModel, layer: Layer, x: np.ndarray, num_threads: Optional[int] = None) -> np.ndarray:
-    """2/n * sum of the outer products of the layer's input rows over the calibration set x,
-    float64, accumulated chunk by chunk: [groups, cols, cols] (one group but for depthwise)."""
+    """2/n * sum of the outer products of the layer's input rows over the calibration set x (one
+    array, or a list of one per model input), float64, accumulated chunk by chunk:
+    [groups, cols, cols] (one group but for depthwise)."""
+    several = isinstance(x, (list, tuple))
     h, rows = None, 0
-    for start in range(0, len(x), CHUNK):
-        inputs = runtime.capture(model.data, x[start:start + CHUNK], layer.input, num_threads=num_threads)
+    for start in range(0, len(x[0]) if several else len(x), CHUNK):
+        part = [a[start:start + CHUNK] for a in x] if several else x[start:start + CHUNK]
+        inputs = runtime.capture(model.data, part, layer.input, num_threads=num_threads)
         for p in _patches(model, layer, inputs.astype(np.float64)):
             if p.ndim == 2:
                 p = p[None]
@@ -401,11 +404,29 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     return chosen, warnings
 
 
+def rank_warnings(model: TFLiteModel, layers: Sequence[Layer], samples: int) -> list[str]:
+    """One line per layer whose H `samples` calibration inputs leave singular: fewer input rows
+    (samples x the layer's output positions) than the layer has inputs. Damping keeps H invertible,
+    but along the directions no sample spans it is the damping alone, so the compensation fits
+    those samples and is blind elsewhere."""
+    lines = []
+    for layer in layers:
+        out = model.tensors[layer.output].shape
+        rows = samples * int(np.prod(out[:-1], dtype=np.int64))
+        cols = layer.shape[1] * layer.shape[2] if _is_depthwise(layer) else int(np.prod(layer.shape[1:]))
+        if rows < cols:
+            lines.append(f"layer {layer.name}: {samples} calibration samples give its Hessian rank {rows} at most, "
+                         f"of {cols} inputs: damping keeps it invertible, but the compensation fits these samples "
+                         f"only; give at least {-(-cols * samples // rows)} samples")
+    return lines
+
+
 class Compensator:
     """Compensated candidate weights per (layer, bound) for the assessment.
 
-    H is taken on the model as given: the assessment varies one layer at a time with the others
-    intact. Each layer's factor is computed on first use and kept; pruned positions stay zero.
+    H is taken on the model as given, from the calibration inputs x: the assessment varies one layer
+    at a time with the others intact. Each layer's factor is computed on first use and kept; pruned
+    positions stay zero. `warnings` names the layers whose H x leaves singular (rank_warnings).
     """
 
     def __init__(self, tflite_bytes: bytes, x: np.ndarray, layers: Sequence[str], damp: float = DAMP,
@@ -414,6 +435,8 @@ class Compensator:
         self.layers = {name: self.model.layer(name) for name in layers}
         check_memory(list(self.layers.values()), max_hessian_bytes)
         self.x, self.damp, self.num_threads = x, damp, num_threads
+        samples = len(x[0]) if isinstance(x, (list, tuple)) else len(x)
+        self.warnings = rank_warnings(self.model, list(self.layers.values()), samples)
         self._factors: dict[str, list[np.ndarray]] = {}
 
     def weights(self, name: str, bound: float) -> np.ndarray:

@@ -27,6 +27,11 @@ from pydsz.model import INTEGER_TYPES
 from pydsz.model import TFLiteModel
 from pydsz.optimize import Option, Plan, loss_unit, minimize_loss, minimize_size
 
+SHARED_SAMPLES = ("the compensation's Hessians come from the same samples the bounds are chosen and the loss "
+                  "measured on: the compensation fits them, so the loss on other data is likely larger; give a "
+                  "separate calibration set (--calibration)")
+
+
 @dataclass
 class LayerResult:
     """One compressed layer as written: the paper's per-layer table row."""
@@ -197,6 +202,7 @@ def compress(
     device: str = "cpu",
     executor=None,
     compensate: bool = False,
+    calibration=None,
 ) -> Result:
     """The smallest .dsz of a model whose loss in `metric` on (x, y) is at most `max_loss`.
 
@@ -214,8 +220,10 @@ def compress(
     device: "cpu" or "gpu" (pydsz.gpu.device.resolve), where the assessment runs the FC tail.
     executor: where the assessment's and verification's evaluations run (pydsz.executor: Local, the
     default, or Dask); the results are the same. compensate: encode GPTQ-compensated float32 weights
-    (pydsz.oneshot.Compensator, the Hessians taken on x): each bound's errors are pushed into the
-    weights not yet quantized, so the outputs move less; the bound holds on the stored values.
+    (pydsz.oneshot.Compensator): each bound's errors are pushed into the weights not yet quantized,
+    so the outputs move less; the bound holds on the stored values. calibration: the inputs (as x)
+    whose Hessians the compensation uses, disjoint from x; without them it uses x, and a warning
+    says that the measured loss is then optimistic (the compensation fits the samples it is judged on).
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
@@ -227,12 +235,20 @@ def compress(
         metric = metrics.get(metric, output)
     max_loss = metric.default_max_loss if max_loss is None else max_loss
     metric.budget(max_loss)  # checks the value before anything runs
+    if calibration is not None and not compensate:
+        raise InputError("calibration inputs build the Hessians of the compensation: give compensate too")
     chosen = compressible_layers(model, layers)
     names = [l.name for l in chosen]
     evaluator = Evaluator(data, x, y, names, metric=metric, num_threads=num_threads, device=device,
-                          compensate=compensate)
+                          compensate=compensate if calibration is None else calibration)
     n = evaluator.samples
     warnings = resolution_warnings(metric, max_loss, n, margin)
+    if evaluator.compensator is not None and evaluator.compensator.layers:
+        if calibration is None:
+            warnings.append(SHARED_SAMPLES)
+        else:
+            warnings += _overlap_warnings(evaluator.x, evaluator.compensator.x)
+        warnings += evaluator.compensator.warnings
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)
     allowed = allowed_loss(metric, max_loss, n, spent)
@@ -278,6 +294,30 @@ def compress(
         evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
         compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
     )
+
+
+def _sample_digests(x) -> list[bytes]:
+    """One digest per sample of fitted inputs (an array, or a list of one per model input)."""
+    import hashlib
+
+    arrays = [np.ascontiguousarray(a) for a in (x if isinstance(x, (list, tuple)) else [x])]
+    digests = []
+    for i in range(len(arrays[0])):
+        h = hashlib.blake2b(digest_size=16)
+        for a in arrays:
+            h.update(a[i].tobytes())
+        digests.append(h.digest())
+    return digests
+
+
+def _overlap_warnings(x, calibration) -> list[str]:
+    """A warning when calibration samples also appear in x (the same file given twice, say)."""
+    data, own = set(_sample_digests(x)), _sample_digests(calibration)
+    shared = sum(d in data for d in own)
+    if not shared:
+        return []
+    return [f"{shared} of the {len(own)} calibration samples are also in the data the bounds are chosen on: "
+            "there the compensation fits the samples it is judged on"]
 
 
 def _point(table: dict, name: str, bound: float) -> Point:

@@ -283,3 +283,155 @@ def test_masked_retraining_holds_the_one_shot_masks_and_recovers_accuracy(lenet3
         assert np.all(after.weight(name)[zeros] == 0)  # the masks are held
         assert not np.array_equal(after.weight(name), before.weight(name))  # and the rest trained
     assert result.method == "oneshot+retrain" and result.top1_after > result.top1_before + 0.01
+
+
+# ---- a calibration set apart from the decisions' data (compress --compensate --calibration) ----
+
+@pytest.fixture(scope="module")
+def held_out():
+    """Fashion-MNIST validation images neither `calibration` (the first 300) nor any fit here sees."""
+    x, _ = load_npz(DATA / "fmnist_val.npz")
+    return x[2000:2500]
+
+
+@pytest.mark.parametrize("model_name, layer_name", [("lenet300.tflite", "fc1"), ("lenet5.tflite", "conv2")])
+def test_compensation_from_a_disjoint_calibration_set_lowers_the_error_on_held_out_inputs(
+        calibration, held_out, model_name, layer_name):
+    data = (DATA / model_name).read_bytes()
+    pruned = oneshot.prune_layers(data, calibration, 0.7, kinds=("fc", "conv")).tflite
+    model = TFLiteModel(pruned)
+    layer = model.layer(layer_name)
+    w = oneshot.layer_matrix(layer, model.weight(layer))
+    # the layer's input rows on the held-out images: FC inputs, or conv patches through im2col
+    inputs = runtime.capture(pruned, held_out, layer.input).astype(np.float64)
+    x = np.concatenate(list(oneshot._patches(model, layer, inputs)))
+    bound = 0.1 * float(np.mean(np.abs(w[w != 0])))  # coarse enough for the rounding to matter
+    compensated = oneshot.layer_matrix(layer, oneshot.Compensator(pruned, calibration, [layer_name])
+                                       .weights(layer_name, bound))
+    plain = codec.decode_sparse(codec.encode_sparse(w.astype(np.float32), bound)).reshape(w.shape)
+    assert np.array_equal(compensated == 0, w == 0)
+    # measured: 0.41 (fc1, whose 784 inputs 300 samples do not span) and 0.56 (conv2) of plain's error
+    assert _output_error(w, compensated, x) < 0.75 * _output_error(w, plain, x)
+
+
+def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data():
+    from pydsz import container, pipeline
+    from pydsz.oneshot import Compensator
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    data = bundled("lenet300.tflite").read_bytes()
+    calibration = x[3000:4000]
+    result = pipeline.compress(data, x[:1000], y[:1000], 0.003, metric="top1", compensate=True,
+                               calibration=calibration)
+    assert result.compensated == ["fc1", "fc2", "fc3"] and result.loss <= 0.003
+    assert pipeline.SHARED_SAMPLES not in result.warnings
+    assert not any("calibration samples are also in the data" in w for w in result.warnings)
+    decoded = container.load(result.dsz).weights()
+    by_calibration, by_data = Compensator(data, calibration, result.compensated), Compensator(data, x[:1000], result.compensated)
+    differs = False
+    for layer in (l for l in result.layers if l.bound > 0):
+        assert np.max(np.abs(decoded[layer.name] - by_calibration.weights(layer.name, layer.bound))) <= layer.bound
+        differs |= bool(np.max(np.abs(decoded[layer.name] - by_data.weights(layer.name, layer.bound))) > layer.bound)
+    assert differs, "the stored weights are as close to a compensation on the data as to one on the calibration set"
+
+
+def test_compress_compensating_on_its_own_data_warns_that_they_share_the_samples():
+    from pydsz import pipeline
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
+                               compensate=True)
+    assert pipeline.SHARED_SAMPLES in result.warnings
+
+
+def test_calibration_samples_that_are_also_in_the_data_are_counted_in_a_warning():
+    from pydsz import pipeline
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
+                               compensate=True, calibration=x[900:1200])
+    assert any(w.startswith("100 of the 300 calibration samples are also in the data") for w in result.warnings)
+
+
+def test_a_calibration_set_of_another_shape_is_refused_by_name():
+    from pydsz import pipeline
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    with pytest.raises(InputError, match=r"calibration has samples of shape \(14, 14\)"):
+        pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
+                          compensate=True, calibration=x[:100, :14, :14])
+
+
+def test_a_calibration_set_without_compensation_is_refused():
+    from pydsz import pipeline
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    with pytest.raises(InputError, match="give compensate too"):
+        pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
+                          calibration=x[1000:1100])
+
+
+def test_too_few_calibration_samples_for_a_layer_are_named(lenet300):
+    model = TFLiteModel(lenet300)
+    layers = [model.layer(name) for name in ("fc1", "fc2", "fc3")]
+    warnings = oneshot.rank_warnings(model, layers, 200)
+    # fc1 takes 784 inputs and fc2 300: 200 samples leave their H singular; fc3 takes 100
+    assert [w.split(":")[0] for w in warnings] == ["layer fc1", "layer fc2"]
+    assert "rank 200 at most, of 784 inputs" in warnings[0] and "at least 784 samples" in warnings[0]
+    assert oneshot.rank_warnings(model, layers, 784) == []
+
+
+def test_a_conv_layer_counts_its_patches_as_rows(lenet5):
+    model = TFLiteModel(lenet5)
+    # conv2: 5x5x20 = 500 inputs, one row per output position (8x8 = 64 per image)
+    assert oneshot.rank_warnings(model, [model.layer("conv2")], 8) == []
+    assert "rank 448 at most, of 500" in oneshot.rank_warnings(model, [model.layer("conv2")], 7)[0]
+
+
+def test_a_model_of_two_inputs_compensates_from_a_calibration_set_of_both():
+    from pydsz import pipeline
+
+    x, _ = load_npz(bundled("fmnist_val.npz"))
+
+    def inputs(images):
+        flat = images.reshape(len(images), -1).astype(np.float32)
+        stats = np.stack([flat.mean(1) / 255, flat.std(1) / 255, (flat > 25).mean(1)], axis=1)
+        return {"pixels": images, "stats": stats.astype(np.float32)}
+
+    data = bundled("multitask.tflite").read_bytes()
+    # 700 calibration samples: more than one capture chunk, so each input is cut along its samples
+    result = pipeline.compress(data, inputs(x[:600]), None, 0.01, layers="all", compensate=True,
+                               calibration=inputs(x[1000:1700]))
+    assert {"conv1", "fc1", "fc5"} <= set(result.compensated) and result.loss <= 0.01
+    with pytest.raises(InputError, match="calibration: 1 input array"):
+        pipeline.compress(data, inputs(x[:600]), None, 0.01, layers="all", compensate=True,
+                          calibration=x[1000:1100])
+
+
+def test_cli_compensates_from_a_directory_of_images_and_refuses_a_mismatched_set(tmp_path):
+    from PIL import Image
+
+    from test_cli import assert_user_error, dsz
+
+    x, _ = load_npz(bundled("fmnist_val.npz"))
+    data, images = tmp_path / "data", tmp_path / "calibration"
+    for folder, part in ((data, x[:600]), (images, x[3000:3300])):
+        folder.mkdir()
+        for i, image in enumerate(part):
+            Image.fromarray(image).save(folder / f"{i:03d}.png")
+    model, out = bundled("lenet5.tflite"), tmp_path / "out.dsz"
+    result = dsz("compress", model, "--data", data, "--normalize", "0,255", "--compensate", "--calibration", images,
+                 "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "same samples" not in result.stdout and out.exists()
+    # without --calibration the user is told the compensation and the decisions share the samples
+    result = dsz("compress", model, "--data", data, "--normalize", "0,255", "--compensate", "-o", out)
+    assert result.returncode == 0 and "warning: the compensation's Hessians come from the same samples" in result.stdout
+
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros((50, 5, 5), np.float32))
+    for extra, words in ((["--compensate", "--calibration", bad], ("bad.npz", "(5, 5)", "(28, 28")),
+                         (["--calibration", images], ("--calibration", "--compensate"))):
+        out = tmp_path / "never.dsz"
+        assert_user_error(dsz("compress", model, "--data", data, "--normalize", "0,255", *extra, "-o", out), *words)
+        assert not out.exists()
