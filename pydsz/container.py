@@ -199,10 +199,10 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
             error_bound=bound, stream=stream, dtype=w.dtype.name,
         ))
         rest[layer.offset:layer.offset + layer.nbytes] = bytes(layer.nbytes)
-    return _serialize(len(data), bytes(rest), entries)
+    return _serialize(len(data), rest, entries)  # compressed as it is: bytes(rest) would copy the model
 
 
-def _serialize(model_bytes: int, rest: bytes, entries: list[TensorEntry]) -> bytes:
+def _serialize(model_bytes: int, rest: bytearray, entries: list[TensorEntry]) -> bytes:
     # a 256 KiB window: the rest is zero runs and metadata, which gain nothing from a longer one (the
     # bundled models' rest grows by 0.02%), and the streaming decoder then works in cache and
     # allocates 256 KiB where level 19's own choice is up to 8 MiB (AlexNet's FC: 8 MiB, 25% slower)

@@ -597,14 +597,10 @@ def prune_model(
         raise InputError(f"training set of {len(x)} samples: too small to retrain (need >= {MIN_TRAIN_SAMPLES})")
     top1_before = runtime.accuracy(data, x_val, y_val, num_threads=num_threads)
     tail = Tail.from_model(model, fcs[0].name, strict=True)
+    # the tail's weights are the model's (read-only views of its bytes) and retrain copies what it
+    # trains, so the dense layers take no memory of their own
     layers, tail_input = tail_layers(tail), tail.input_tensor
     del tail
-    for l in layers:
-        # the model's own float32 weights, read-only views of its bytes, instead of the tail's copies:
-        # retrain copies what it trains, so the dense layers take no memory of their own
-        w = model.constant(model.layer(l.name).weight)
-        if w is not None and w.dtype == np.float32 and w.shape == l.weight.shape:
-            l.weight = w
     storable = _bias_buffers(model, layers)
     for l in layers:
         l.train_bias = model.layer(l.name).bias is not None and model.tensors[model.layer(l.name).bias].buffer in storable
@@ -645,10 +641,11 @@ def prune_model(
             targets[name] = lower[-1]
         else:
             del targets[name]
+    del h, h_val  # the new model's bytes need not sit beside the activations
     biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
     out = model.replace({**{l.name: l.weight for l in layers}, **biases})
     sparsities = {l.name: 1 - density(l.weight) for l in layers}
-    del layers, h, h_val  # written into `out`: the interpreter measuring it need not sit beside them
+    del layers  # written into `out`: the interpreter measuring it need not sit beside them
     return PruneResult(out, sparsities, sorted(targets), already,
                        top1_before, runtime.accuracy(out, x_val, y_val, num_threads=num_threads))
 
