@@ -111,7 +111,9 @@ def forward(layers: Sequence[Dense], h: np.ndarray) -> np.ndarray:
     for layer in layers:
         z = h @ layer.weight.T
         z += layer.bias
+        del h  # each activation is freed as soon as the next is computed: two of them at most
         h = ACTIVATIONS[layer.activation][0](z)
+        del z
     return h
 
 
@@ -266,14 +268,18 @@ class NumpySteps:
                     m += np.divide(s, k, out=s)
 
     def result(self) -> list[Dense]:
-        """The running means as layers (the pruned weights zero); the Adam state is freed first."""
+        """The running means as layers (the pruned weights zero). The Adam state goes first, and each
+        layer's trained weights before its mean is spread to the layer's size: the means take the trained
+        weights' place instead of adding to them."""
         self.opt.state.clear()
         out = []
-        for p, idx, (mean_w, mean_b) in zip(self.params, self.kept, self.means):
+        for i, (idx, (mean_w, mean_b)) in enumerate(zip(self.kept, self.means)):
+            p, self.params[i] = self.params[i], None
+            shape, p.weight = p.weight.shape, None
             if idx is not None:
-                mean_w, dense = np.zeros(p.weight.size, np.float32), mean_w
+                mean_w, dense = np.zeros(int(np.prod(shape)), np.float32), mean_w
                 mean_w[idx] = dense
-            out.append(replace(p, weight=mean_w.reshape(p.weight.shape), bias=mean_b))
+            out.append(replace(p, weight=mean_w.reshape(shape), bias=mean_b))
         return out
 
 
