@@ -79,17 +79,11 @@ def magnitude_mask(weight: np.ndarray, sparsity: float) -> np.ndarray:
     n_prune = int(round(sparsity * weight.size))
     if not n_prune:
         return np.ones(weight.shape, bool)
-    # The n_prune-th smallest magnitude: zeros are the smallest, so it is found by an in-place partition
-    # of the non-zeros' magnitudes alone (a pruned layer's few), not of a float copy of the whole layer.
     flat = weight.ravel()
     mask = flat != 0
     zeros = flat.size - int(np.count_nonzero(mask))
-    threshold = np.zeros((), flat.dtype)
-    if n_prune > zeros:
-        magnitude = np.abs(flat[mask])
-        magnitude.partition(n_prune - zeros - 1)
-        threshold = magnitude[n_prune - zeros - 1]
-        del magnitude
+    # zeros are the smallest magnitudes; among the non-zeros the threshold is found without a copy
+    threshold = _smallest(flat, n_prune - zeros) if n_prune > zeros else np.zeros((), flat.dtype)
     scratch = np.empty(min(SLICE, flat.size), flat.dtype)
     for part in _slices(flat.size):
         s = scratch[: part.stop - part.start]
@@ -103,6 +97,34 @@ def magnitude_mask(weight: np.ndarray, sparsity: float) -> np.ndarray:
         mask[part.start + tied] = True
         missing -= len(tied)
     return mask.reshape(weight.shape)
+
+
+def _smallest(flat: np.ndarray, k: int) -> np.ndarray:
+    """The k-th smallest magnitude among the non-zeros of `flat` (k >= 1), in two passes over slices
+    instead of a sorted copy of the layer: non-negative floats order as their bits, so a histogram of
+    the top 16 bits finds the bin that holds it, and only that bin's values are sorted."""
+    if flat.dtype.kind != "f":
+        members = np.abs(flat[flat != 0])
+        members.partition(k - 1)
+        return members[k - 1]
+    as_bits = np.dtype(f"u{flat.dtype.itemsize}")
+    shift = 8 * flat.dtype.itemsize - 16
+    scratch = np.empty(min(SLICE, flat.size), flat.dtype)
+    counts = np.zeros(1 << 16, np.int64)
+    for part in _slices(flat.size):
+        top = np.abs(flat[part], out=scratch[: part.stop - part.start]).view(as_bits) >> shift
+        counts += np.bincount(top, minlength=1 << 16)
+    counts[0] -= flat.size - int(np.count_nonzero(flat))  # the zeros (+0 and -0) are not among them
+    below = np.cumsum(counts)
+    b = int(np.searchsorted(below, k))
+    k -= int(below[b - 1]) if b else 0
+    members = []
+    for part in _slices(flat.size):
+        m = np.abs(flat[part], out=scratch[: part.stop - part.start])
+        members.append(m[(m.view(as_bits) >> shift == b) & (m != 0)])
+    members = np.concatenate(members)
+    members.partition(k - 1)
+    return members[k - 1]
 
 
 def forward(layers: Sequence[Dense], h: np.ndarray) -> np.ndarray:
