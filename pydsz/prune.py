@@ -164,20 +164,24 @@ class _Adam:
         rows = mask.reshape(len(mask), -1)
         first = np.zeros(len(rows) + 1, np.int64)
         np.cumsum(np.count_nonzero(rows, axis=1), out=first[1:])
-        old, before = self.state.get(key), self.held.get(key)
-        if old is not None:
-            new = tuple(np.zeros(first[-1], np.float32) for _ in old)
+        before = self.held.get(key)
+        if key in self.state:
+            # one moment at a time, each old one freed once regathered: the peak holds one new one
+            moments = list(self.state.pop(key))
             block = max(1, SLICE // max(1, rows.shape[1]))
-            for r in range(0, len(rows), block):
-                end = min(len(rows), r + block)
-                for a, b in zip(old, new):
+            for j, old in enumerate(moments):
+                new = np.zeros(first[-1], np.float32)
+                for r in range(0, len(rows), block):
+                    end = min(len(rows), r + block)
                     if before is None:
-                        dense = a.reshape(rows.shape)[r:end]
+                        dense = old.reshape(rows.shape)[r:end]
                     else:
                         dense = np.zeros((end - r, rows.shape[1]), np.float32)
-                        dense[before[0][r:end]] = a[before[1][r]:before[1][end]]
-                    b[first[r]:first[end]] = dense[rows[r:end]]
-            self.state[key] = new
+                        dense[before[0][r:end]] = old[before[1][r]:before[1][end]]
+                    new[first[r]:first[end]] = dense[rows[r:end]]
+                moments[j] = new
+                old = dense = None  # dense may be a view of old
+            self.state[key] = tuple(moments)
         self.held[key] = rows, first
 
     def step(self, key: str, param: np.ndarray, grad: np.ndarray, lr: float, rows: slice = slice(None)) -> None:
