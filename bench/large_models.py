@@ -20,6 +20,7 @@ ratios are comparable in kind, not in value. Peak memory is checked against the 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import subprocess
@@ -88,6 +89,9 @@ def bench_model(name: str, args, work: Path) -> dict:
         "top1_test": top1, "top1_loss_points": round(100 * (top1["original"] - top1["compressed"]), 2),
         "seconds": {"prune": prune["seconds"], "compress": compress["seconds"]},
         "peak_mib": {"prune": prune["peak_mib"], "compress": compress["peak_mib"]},
+        # what two runs (e.g. before and after a change) compare to tell that the outputs are the same
+        "sha256": {"pruned": hashlib.sha256(pruned.read_bytes()).hexdigest(),
+                   "compressed": hashlib.sha256(packed.read_bytes()).hexdigest()},
         "bound_mib": {k: round(v / 2**20) for k, v in bounds.items()},
         "within_bound": {k: (s["peak_mib"] or 0) <= bounds[k] / 2**20 for k, s in (("prune", prune), ("compress", compress))},
         "settings": {"train_samples": args.train_samples, "val_samples": args.val_samples, "epochs": args.epochs,

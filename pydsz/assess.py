@@ -93,17 +93,26 @@ def encode_weight(w: np.ndarray, bound: float,
     w = codec.stored_array(w)  # float16 and int8 weights are encoded as the model stores them
     if bound == 0 and w.dtype.kind == "f":
         size = sum(container.lossless_size(part) for part in _lossless_parts(w))
-        return _as_weight(w, w), size, size, 0
+        return _as_weight(w, w.shape), size, size, 0
+    stream, dense, sizes = _encode(w, bound, pattern)
+    if bound == 0 and (size := container.lossless_size(w)) <= sizes[0]:
+        sizes = (size, size, 0)  # integers: the container keeps the smaller of the two
+    return _as_weight(_decode(stream, dense), w.shape), *sizes
+
+
+def _encode(w: np.ndarray, bound: float, pattern: Optional[codec.SparseIndex]) -> tuple[bytes, bool, tuple]:
+    """encode_weight's stream of stored weights w: (its bytes, whether the dense codec's rather than
+    the sparse one's, (stream, data, index bytes))."""
     stream = codec.encode_sparse(_matrix(w), bound, index=pattern)
     dense = codec.compress_array(w, bound) if np.count_nonzero(w) > w.size // 2 else None
     if dense is not None and len(dense) < len(stream):
-        decoded, sizes = codec.decompress_array(dense), (len(dense), len(dense), 0)
-    else:
-        info = codec.sparse_info(stream)
-        decoded, sizes = codec.decode_sparse(stream), (len(stream), int(info["data_bytes"]), int(info["index_bytes"]))
-    if bound == 0 and (size := container.lossless_size(w)) <= sizes[0]:
-        sizes = (size, size, 0)  # integers: the container keeps the smaller of the two
-    return _as_weight(decoded, w), *sizes
+        return dense, True, (len(dense), len(dense), 0)
+    info = codec.sparse_info(stream)
+    return stream, False, (len(stream), int(info["data_bytes"]), int(info["index_bytes"]))
+
+
+def _decode(stream: bytes, dense: bool) -> np.ndarray:
+    return codec.decompress_array(stream) if dense else codec.decode_sparse(stream)
 
 
 def _lossless_parts(w: np.ndarray) -> list:
@@ -112,10 +121,10 @@ def _lossless_parts(w: np.ndarray) -> list:
     return [data[i:i + LOSSLESS_PART] for i in range(0, max(len(data), 1), LOSSLESS_PART)]
 
 
-def _as_weight(decoded: np.ndarray, w: np.ndarray) -> np.ndarray:
+def _as_weight(decoded: np.ndarray, shape: tuple) -> np.ndarray:
     """Decoded values as the evaluator takes them: float32 (float16 widened exactly), or the stored
     integers, which TFLiteModel.replace() writes as they are."""
-    decoded = decoded.reshape(w.shape)
+    decoded = decoded.reshape(shape)
     return decoded.astype(np.float32, copy=False) if decoded.dtype.kind == "f" else decoded
 
 
@@ -182,7 +191,9 @@ class Evaluator:
         if self.tail:
             self._tail_output = self.keys[list(self.model.outputs).index(self.tail.output_tensor)]
         self._baseline: dict[bool, tuple] = {}
-        self._decoded: dict[tuple, np.ndarray] = {}
+        # (layer, bound) -> its stream, kept rather than the decoded weights (a layer's size each:
+        # 400 MB for VGG-16's fc1), which weights_at decodes again at each call
+        self._encoded: dict[tuple, tuple] = {}
         self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
         self.patterns: dict[str, tuple] = {}  # layer -> (its stored weights, their codec.sparse_index)
         self.compensator, self._compensate = None, compensate
@@ -214,13 +225,15 @@ class Evaluator:
 
     def weights_at(self, bounds: Mapping[str, float]) -> dict:
         """{layer: its weights as decoded at its bound} for the layers of non-zero bound; each
-        (layer, bound) encoded once."""
+        (layer, bound) encoded once (what encode_weight decodes, decoded anew for each call)."""
         out = {}
         for name, bound in bounds.items():
             if bound > 0:
-                if (name, bound) not in self._decoded:
-                    self._decoded[name, bound] = encode_weight(self.candidate(name, bound), bound)[0]
-                out[name] = self._decoded[name, bound]
+                if (name, bound) not in self._encoded:
+                    w = codec.stored_array(self.candidate(name, bound))
+                    self._encoded[name, bound] = *_encode(w, bound, None)[:2], w.shape
+                stream, dense, shape = self._encoded[name, bound]
+                out[name] = _as_weight(_decode(stream, dense), shape)
         return out
 
     @property

@@ -199,7 +199,7 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
             error_bound=bound, stream=stream, dtype=w.dtype.name,
         ))
         rest[layer.offset:layer.offset + layer.nbytes] = bytes(layer.nbytes)
-    return _serialize(len(data), bytes(rest), entries)
+    return _serialize(len(data), rest, entries)  # compressed as it is: bytes(rest) would copy the model
 
 
 def _rest_compressor(checksum: bool) -> zstandard.ZstdCompressor:
@@ -218,7 +218,7 @@ def lossless_size(data) -> int:
     return len(_rest_compressor(checksum=False).compress(data))
 
 
-def _serialize(model_bytes: int, rest: bytes, entries: list[TensorEntry]) -> bytes:
+def _serialize(model_bytes: int, rest: bytearray, entries: list[TensorEntry]) -> bytes:
     rest_z = _rest_compressor(checksum=True).compress(rest)
     table = bytearray()
     for e in entries:

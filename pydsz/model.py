@@ -492,16 +492,23 @@ class TFLiteModel:
             dtype = np.dtype(_DTYPES[type_name])
             if not np.can_cast(array.dtype, dtype, casting="same_kind"):
                 raise InputError(f"{what}: cannot store {array.dtype} values in a {type_name} tensor")
-            raw = np.ascontiguousarray(array, dtype=dtype).tobytes()
-            if len(raw) != nbytes:
-                raise InputError(f"{what}: {len(raw)} bytes do not fit the tensor's {nbytes}")
-            if buffer in writes and writes[buffer][1] != raw:
+            # the values' bytes as views, written once into the new file: no copy of a large model's
+            # weights (tobytes) nor of the file (a bytearray and then bytes) on the way
+            raw = np.ascontiguousarray(array, dtype=dtype).reshape(-1).view(np.uint8)
+            if raw.nbytes != nbytes:
+                raise InputError(f"{what}: {raw.nbytes} bytes do not fit the tensor's {nbytes}")
+            if buffer in writes and not np.array_equal(writes[buffer][1], raw):
                 raise InputError(f"{what}: buffer {buffer} is given two different arrays ({writes[buffer][2]})")
             writes[buffer] = (offset, raw, what)
-        out = bytearray(self.data)
+        from ._core import BytesWriter
+
+        writer = BytesWriter(len(self.data))
+        out = np.frombuffer(writer, np.uint8)
+        out[:] = np.frombuffer(self.data, np.uint8)
         for offset, raw, _ in writes.values():
             out[offset:offset + len(raw)] = raw
-        return bytes(out)
+        del out
+        return writer.take()
 
     def _buffer_target(self, buffer: int) -> tuple:
         users = [t for s, t in self._buffer_users.get(buffer, []) if s == 0]

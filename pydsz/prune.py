@@ -5,9 +5,10 @@ interpreter, and the FC tail is retrained on those cached activations in numpy (
 cross-entropy on the tail's output, masks re-applied after every step, fixed seed).
 pydsz.oneshot.prune_model is the way without training data, conv layers included.
 
-Memory: retraining holds the model's bytes (the dense layers are views of them), the trained copy
-of the tail and Adam's two moments, i.e. 4x the FC weights, plus the cached activations; gradients,
-updates and the running mean (over the kept weights) add nothing layer-sized.
+Memory: retraining holds the model's bytes (the dense layers are views of them) and the trained copy
+of the tail, i.e. 2x the FC weights, plus the cached activations; Adam's two moments and the running
+mean are kept at the masks' kept weights only, and gradients, updates, masks' thresholds and the
+input's scale are computed in slices, so they add nothing layer-sized.
 """
 
 from __future__ import annotations
@@ -28,7 +29,16 @@ AUTO_LADDER = (0.5, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98)
 # Standard deviations of validation noise `auto` keeps in hand (compress's default margin).
 AUTO_MARGIN = 1.0
 
+# Elements per slice of _Adam's and NumpySteps.average's elementwise arithmetic and of magnitude_mask:
+# they run slice by slice through small scratch buffers, so a step allocates no temporary the size
+# of a layer.
+SLICE = 1 << 18
+
 Sparsity = Union[float, Mapping[str, float], str]
+
+
+def _slices(n: int):
+    return (slice(i, min(n, i + SLICE)) for i in range(0, n, SLICE))
 
 
 @dataclass
@@ -69,18 +79,52 @@ def magnitude_mask(weight: np.ndarray, sparsity: float) -> np.ndarray:
     n_prune = int(round(sparsity * weight.size))
     if not n_prune:
         return np.ones(weight.shape, bool)
-    # The n_prune-th smallest magnitude by an in-place partition of one float copy: argpartition's
-    # int64 indices would take twice the weights' own bytes on a large layer.
-    magnitude = np.abs(weight).ravel()
-    magnitude.partition(n_prune - 1)
-    threshold = magnitude[n_prune - 1]
-    np.abs(weight.ravel(), out=magnitude)
-    mask = magnitude > threshold
-    # ties at the threshold: prune exactly n_prune entries, keeping the surplus of the tied ones
-    surplus = int(np.count_nonzero(mask)) - (weight.size - n_prune)
-    if surplus < 0:
-        mask[np.flatnonzero(magnitude == threshold)[:-surplus]] = True
+    flat = weight.ravel()
+    mask = flat != 0
+    zeros = flat.size - int(np.count_nonzero(mask))
+    # zeros are the smallest magnitudes; among the non-zeros the threshold is found without a copy
+    threshold = _smallest(flat, n_prune - zeros) if n_prune > zeros else np.zeros((), flat.dtype)
+    scratch = np.empty(min(SLICE, flat.size), flat.dtype)
+    for part in _slices(flat.size):
+        s = scratch[: part.stop - part.start]
+        np.greater(np.abs(flat[part], out=s), threshold, out=mask[part])
+    # ties at the threshold: prune exactly n_prune entries, keeping the first of the tied ones
+    missing = (weight.size - n_prune) - int(np.count_nonzero(mask))
+    for part in _slices(flat.size):
+        if missing <= 0:
+            break
+        tied = np.flatnonzero(np.abs(flat[part]) == threshold)[:missing]
+        mask[part.start + tied] = True
+        missing -= len(tied)
     return mask.reshape(weight.shape)
+
+
+def _smallest(flat: np.ndarray, k: int) -> np.ndarray:
+    """The k-th smallest magnitude among the non-zeros of `flat` (k >= 1), in two passes over slices
+    instead of a sorted copy of the layer: non-negative floats order as their bits, so a histogram of
+    the top 16 bits finds the bin that holds it, and only that bin's values are sorted."""
+    if flat.dtype.kind != "f":
+        members = np.abs(flat[flat != 0])
+        members.partition(k - 1)
+        return members[k - 1]
+    as_bits = np.dtype(f"u{flat.dtype.itemsize}")
+    shift = 8 * flat.dtype.itemsize - 16
+    scratch = np.empty(min(SLICE, flat.size), flat.dtype)
+    counts = np.zeros(1 << 16, np.int64)
+    for part in _slices(flat.size):
+        top = np.abs(flat[part], out=scratch[: part.stop - part.start]).view(as_bits) >> shift
+        counts += np.bincount(top, minlength=1 << 16)
+    counts[0] -= flat.size - int(np.count_nonzero(flat))  # the zeros (+0 and -0) are not among them
+    below = np.cumsum(counts)
+    b = int(np.searchsorted(below, k))
+    k -= int(below[b - 1]) if b else 0
+    members = []
+    for part in _slices(flat.size):
+        m = np.abs(flat[part], out=scratch[: part.stop - part.start])
+        members.append(m[(m.view(as_bits) >> shift == b) & (m != 0)])
+    members = np.concatenate(members)
+    members.partition(k - 1)
+    return members[k - 1]
 
 
 def forward(layers: Sequence[Dense], h: np.ndarray) -> np.ndarray:
@@ -89,7 +133,9 @@ def forward(layers: Sequence[Dense], h: np.ndarray) -> np.ndarray:
     for layer in layers:
         z = h @ layer.weight.T
         z += layer.bias
+        del h  # each activation is freed as soon as the next is computed: two of them at most
         h = ACTIVATIONS[layer.activation][0](z)
+        del z
     return h
 
 
@@ -98,34 +144,77 @@ def count_correct(layers: Sequence[Dense], h: np.ndarray, y: np.ndarray, batch: 
     return int(np.sum(np.argmax(logits(layers, h, device, batch), axis=1) == y))
 
 
-# Elements per slice of _Adam.step and NumpySteps.average: their elementwise arithmetic runs slice by
-# slice through small scratch buffers, so a step allocates no temporary the size of a layer.
-SLICE = 1 << 18
-
-
 @dataclass
 class _Adam:
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
     t: int = 0
-    state: dict = field(default_factory=dict)
+    state: dict = field(default_factory=dict)  # key -> moments (m, v): every entry's, or the held mask's
+    held: dict = field(default_factory=dict)  # key -> (mask, each row's first entry in the moments)
     scratch: tuple = ()
+
+    def hold(self, key: str, mask: np.ndarray) -> None:
+        """Keep `key`'s moments from now on only where `mask` [rows, ...] is True, and step only there.
+
+        A masked weight's gradient is zero and the weight is re-zeroed after every step, so its
+        moments never reach a kept weight: at 4-9% density this drops most of Adam's 2x the layer.
+        Entries the mask adds start from zero moments (a magnitude mask over masked weights only adds
+        entries that were never kept: their moments were zero too)."""
+        rows = mask.reshape(len(mask), -1)
+        first = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(np.count_nonzero(rows, axis=1), out=first[1:])
+        before = self.held.get(key)
+        if key in self.state:
+            # one moment at a time, each old one freed once regathered: the peak holds one new one
+            moments = list(self.state.pop(key))
+            block = max(1, SLICE // max(1, rows.shape[1]))
+            for j, old in enumerate(moments):
+                new = np.zeros(first[-1], np.float32)
+                for r in range(0, len(rows), block):
+                    end = min(len(rows), r + block)
+                    if before is None:
+                        dense = old.reshape(rows.shape)[r:end]
+                    else:
+                        dense = np.zeros((end - r, rows.shape[1]), np.float32)
+                        dense[before[0][r:end]] = old[before[1][r]:before[1][end]]
+                    new[first[r]:first[end]] = dense[rows[r:end]]
+                moments[j] = new
+                old = dense = None  # dense may be a view of old
+            self.state[key] = tuple(moments)
+        self.held[key] = rows, first
 
     def step(self, key: str, param: np.ndarray, grad: np.ndarray, lr: float, rows: slice = slice(None)) -> None:
         """In place: param -= lr * m_hat / (sqrt(v_hat) + eps), the moments m and v updated; with
-        `rows`, only those rows of param (grad holds just them).
+        `rows`, only those rows of param (grad holds just them); where `key` is held, only the mask's
+        entries (the others stay as they are).
 
         The same float32 operations in the same order as pydsz.gpu's dsz_masked_adam kernel (whose
         result must equal this one bit for bit), one slice at a time."""
+        r0, r1, _ = rows.indices(len(param))
+        held = self.held.get(key)
         if key not in self.state:
-            self.state[key] = (np.zeros(param.shape, np.float32), np.zeros(param.shape, np.float32))
+            n = param.size if held is None else int(held[1][-1])
+            self.state[key] = (np.zeros(n, np.float32), np.zeros(n, np.float32))
+        m, v = self.state[key]
+        if held is None:
+            row = param.size // max(1, len(param))
+            p, g, m, v = param[r0:r1].reshape(-1), grad.reshape(-1), m[r0 * row:r1 * row], v[r0 * row:r1 * row]
+        else:
+            mask, first = held[0][r0:r1], held[1]
+            block = param[r0:r1].reshape(mask.shape)
+            p, g, m, v = block[mask], grad.reshape(mask.shape)[mask], m[first[r0]:first[r1]], v[first[r0]:first[r1]]
+        self._update(p, g, m, v, lr)
+        if held is not None:
+            block[mask] = p
+
+    def _update(self, param: np.ndarray, grad: np.ndarray, m_all: np.ndarray, v_all: np.ndarray, lr: float) -> None:
+        """step's arithmetic on flat arrays of the same length."""
         if not self.scratch:
             self.scratch = (np.empty(SLICE, np.float32), np.empty(SLICE, np.float32))
-        param, m_all, v_all = (a[rows] for a in (param, *self.state[key]))
         c1, c2 = 1 - self.beta1**self.t, 1 - self.beta2**self.t
         for part in _slices(param.size):
-            p, g, m, v = (a.reshape(-1)[part] for a in (param, grad, m_all, v_all))
+            p, g, m, v = (a[part] for a in (param, grad, m_all, v_all))
             s, d = (a[: len(p)] for a in self.scratch)
             m *= self.beta1
             m += np.multiply(g, 1 - self.beta1, out=s)
@@ -140,10 +229,6 @@ class _Adam:
             p -= np.divide(s, d, out=s)
 
 
-def _slices(n: int):
-    return (slice(i, min(n, i + SLICE)) for i in range(0, n, SLICE))
-
-
 class NumpySteps:
     """retrain's arithmetic in numpy: the tail's parameters, masks, Adam state and running mean.
 
@@ -154,6 +239,9 @@ class NumpySteps:
     def __init__(self, params: list[Dense], keep: list[Optional[np.ndarray]]):
         self.params, self.keep = params, keep
         self.opt = _Adam()
+        for p, m in zip(params, keep):
+            if m is not None:
+                self.opt.hold(p.name + ".w", m)
         self.kept: list[Optional[np.ndarray]] = []  # per layer, flat indices of the weights averaged (None: all)
         self.means: list[tuple[np.ndarray, np.ndarray]] = []  # per layer, running means of those weights and the bias
 
@@ -163,11 +251,13 @@ class NumpySteps:
     def set_mask(self, i: int, mask: np.ndarray) -> None:
         self.keep[i] = mask
         self.params[i].weight *= mask
+        self.opt.hold(self.params[i].name + ".w", mask)
 
     def step(self, x: np.ndarray, target: np.ndarray, lr: float) -> None:
-        """One masked Adam step on a batch x with target class probabilities."""
+        """One masked Adam step on a batch x with target class probabilities (masked weights are
+        held by the optimizer: it neither stores nor steps them)."""
         self.opt.t += 1
-        for p, m, (delta, inputs) in zip(self.params, self.keep, _backward(self.params, x, target)):
+        for p, (delta, inputs) in zip(self.params, _backward(self.params, x, target)):
             # the weight gradient delta.T @ inputs a block of rows at a time, each block stepped at
             # once: no gradient the size of the layer is ever held
             n = p.weight.shape[0]
@@ -178,12 +268,7 @@ class NumpySteps:
                 starts.pop()
             for r, end in zip(starts, starts[1:] + [n]):
                 rows = slice(r, end)
-                gw = delta[:, rows].T @ inputs
-                if m is not None:
-                    gw *= m[rows]
-                self.opt.step(p.name + ".w", p.weight, gw, lr, rows)
-                if m is not None:
-                    p.weight[rows] *= m[rows]  # Adam's momentum must not revive a pruned weight.
+                self.opt.step(p.name + ".w", p.weight, delta[:, rows].T @ inputs, lr, rows)
             if p.train_bias:
                 self.opt.step(p.name + ".b", p.bias, delta.sum(axis=0), lr)
 
@@ -209,14 +294,18 @@ class NumpySteps:
                     m += np.divide(s, k, out=s)
 
     def result(self) -> list[Dense]:
-        """The running means as layers (the pruned weights zero); the Adam state is freed first."""
+        """The running means as layers (the pruned weights zero). The Adam state goes first, and each
+        layer's trained weights before its mean is spread to the layer's size: the means take the trained
+        weights' place instead of adding to them."""
         self.opt.state.clear()
         out = []
-        for p, idx, (mean_w, mean_b) in zip(self.params, self.kept, self.means):
+        for i, (idx, (mean_w, mean_b)) in enumerate(zip(self.kept, self.means)):
+            p, self.params[i] = self.params[i], None
+            shape, p.weight = p.weight.shape, None
             if idx is not None:
-                mean_w, dense = np.zeros(p.weight.size, np.float32), mean_w
+                mean_w, dense = np.zeros(int(np.prod(shape)), np.float32), mean_w
                 mean_w[idx] = dense
-            out.append(replace(p, weight=mean_w.reshape(p.weight.shape), bias=mean_b))
+            out.append(replace(p, weight=mean_w.reshape(shape), bias=mean_b))
         return out
 
 
@@ -273,7 +362,7 @@ def retrain(
         raise InputError(f"training labels span {y.min()}..{y.max()}: the model has {n_out} classes")
     # Scale the input to unit RMS and the first weights inversely: the same function, but Adam's
     # per-weight steps are then comparable across layers (inputs may be raw pixels 0..255).
-    scale = float(np.sqrt(np.mean(np.square(h[: min(len(h), 10000)], dtype=np.float64)))) or 1.0
+    scale = float(np.sqrt(_mean_square(h[: min(len(h), 10000)]))) or 1.0
     params = [replace(l, weight=np.array(l.weight, np.float32), bias=np.array(l.bias, np.float32)) for l in layers]
     params[0].weight *= scale
     keep = [masks.get(l.name) for l in params]
@@ -323,6 +412,21 @@ def retrain(
     if keep[0] is not None:
         params[0].weight *= keep[0]
     return params
+
+
+def _mean_square(a: np.ndarray) -> float:
+    """np.mean(np.square(a, dtype=np.float64)) to the last bit, without its float64 copy of `a` (2 GB
+    for 10,000 VGG-16 features): the slices are summed as numpy's pairwise summation splits the
+    whole (halves rounded down to a multiple of 8), so the tree of additions is the same."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+
+    def total(lo: int, n: int) -> float:
+        if n <= max(SLICE, 128):  # numpy sums up to 128 values without splitting
+            return np.add.reduce(np.square(flat[lo:lo + n], dtype=np.float64))
+        half = n // 2 - (n // 2) % 8
+        return total(lo, half) + total(lo + half, n - half)
+
+    return total(0, flat.size) / flat.size if flat.size else np.nan
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -417,9 +521,15 @@ def sparsity_targets(names: Sequence[str], sparsity: Sparsity) -> dict[str, floa
 
 
 def _masks(layers: Sequence[Dense], targets: Mapping[str, float]) -> dict[str, np.ndarray]:
-    """Magnitude masks for the targeted layers; every other layer keeps its own zeros."""
-    return {l.name: magnitude_mask(l.weight, targets[l.name]) if l.name in targets else l.weight != 0
-            for l in layers}
+    """Magnitude masks for the targeted layers; every other layer keeps its own zeros, and has no mask
+    where it has none (retraining it unmasked is the same, and an all-true mask takes a quarter of
+    the layer's bytes for the whole retraining)."""
+    out = {}
+    for l in layers:
+        mask = magnitude_mask(l.weight, targets[l.name]) if l.name in targets else l.weight != 0
+        if l.name in targets or not mask.all():
+            out[l.name] = mask
+    return out
 
 
 def judge(reference: np.ndarray, candidate: np.ndarray, allowed: int, margin: float) -> tuple[bool, int]:
@@ -525,14 +635,10 @@ def prune_model(
         raise InputError(f"training set of {len(x)} samples: too small to retrain (need >= {MIN_TRAIN_SAMPLES})")
     top1_before = runtime.accuracy(data, x_val, y_val, num_threads=num_threads)
     tail = Tail.from_model(model, fcs[0].name, strict=True)
+    # the tail's weights are the model's (read-only views of its bytes) and retrain copies what it
+    # trains, so the dense layers take no memory of their own
     layers, tail_input = tail_layers(tail), tail.input_tensor
     del tail
-    for l in layers:
-        # the model's own float32 weights, read-only views of its bytes, instead of the tail's copies:
-        # retrain copies what it trains, so the dense layers take no memory of their own
-        w = model.constant(model.layer(l.name).weight)
-        if w is not None and w.dtype == np.float32 and w.shape == l.weight.shape:
-            l.weight = w
     storable = _bias_buffers(model, layers)
     for l in layers:
         l.train_bias = model.layer(l.name).bias is not None and model.tensors[model.layer(l.name).bias].buffer in storable
@@ -573,10 +679,11 @@ def prune_model(
             targets[name] = lower[-1]
         else:
             del targets[name]
+    del h, h_val  # the new model's bytes need not sit beside the activations
     biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
     out = model.replace({**{l.name: l.weight for l in layers}, **biases})
     sparsities = {l.name: 1 - density(l.weight) for l in layers}
-    del layers, h, h_val  # written into `out`: the interpreter measuring it need not sit beside them
+    del layers  # written into `out`: the interpreter measuring it need not sit beside them
     return PruneResult(out, sparsities, sorted(targets), already,
                        top1_before, runtime.accuracy(out, x_val, y_val, num_threads=num_threads))
 

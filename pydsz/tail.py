@@ -94,8 +94,9 @@ class Tail:
 
     input_tensor: the tensor to capture (the first layer's input); input_shape: its sample shape;
     output_tensor: the model output the tail computes; layers: the FC layer names in order;
-    weights / biases: float32 copies by layer name ([out, in] and [out]; zero biases where the
-    model has none); steps: the ops in order; sparse: the layers multiplied as CSR matrices (those
+    weights / biases: float32 by layer name ([out, in] and [out]; zero biases where the model has
+    none); the weights are the model's own, read-only (views of its bytes where it stores float32:
+    a large model's tail then takes no memory of its own); steps: the ops in order; sparse: the layers multiplied as CSR matrices (those
     whose own weights sparse.pays for; assign another set to choose others, as a benchmark
     comparing the paths does).
     """
@@ -195,7 +196,7 @@ class Tail:
             if b is None or b.dtype != np.float32 or b.size != w.shape[0]:
                 raise _Unsupported(f"{name} has no float32 constant bias of {w.shape[0]} values")
             bias = np.array(b, np.float32).reshape(-1)
-        weights[name] = np.array(w, np.float32)
+        weights[name] = np.asarray(w, np.float32)
         biases[name] = bias
         return Step("fc", op.name, name=name, activation=layer.activation, shape=shape)
 

@@ -62,6 +62,22 @@ def test_encode_weight_matches_what_the_container_stores():
     assert np.max(np.abs(decoded - w)) <= 0.01
 
 
+def test_weights_at_decodes_what_encode_weight_decodes_and_keeps_only_streams(val):
+    """The Evaluator keeps each (layer, bound)'s stream, not its decoded weights (a layer's size each):
+    every call decodes anew, to the same values as encode_weight."""
+    data, model = _model("lenet300.tflite")
+    evaluator = Evaluator(data, *val, ["fc1", "fc2"])
+    bounds = {"fc1": 0.02, "fc2": 0.01}
+    first, second = evaluator.weights_at(bounds), evaluator.weights_at(bounds)
+    for name, bound in bounds.items():
+        expected = encode_weight(model.weight(name), bound)[0]
+        assert np.array_equal(first[name].view(np.uint32), expected.view(np.uint32))
+        assert np.array_equal(second[name], expected) and second[name] is not first[name]
+    held = [a for entry in evaluator._encoded.values() for a in entry if isinstance(a, np.ndarray)]
+    assert len(evaluator._encoded) == 2 and not held
+    assert evaluator.weights_at({"fc1": 0.0, "fc2": 0.0}) == {}
+
+
 def test_bound_zero_is_lossless():
     _, model = _model("lenet300.tflite")
     w = model.weight("fc3")

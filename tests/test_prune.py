@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pydsz.errors import InputError
 from pydsz.prune import (Dense, _gradients, count_correct, density, forward, magnitude_mask,
@@ -25,6 +27,75 @@ def test_magnitude_mask_reaches_the_asked_sparsity(sparsity):
     mask = magnitude_mask(w, sparsity)
     assert mask.sum() == w.size - round(sparsity * w.size)
     assert np.abs(w[mask]).min() >= np.abs(w[~mask]).max(initial=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 40), st.floats(0, 0.99), st.sampled_from([None, 7]), st.integers(0, 2**31))
+def test_magnitude_mask_keeps_the_largest_and_the_first_of_the_tied(rows, cols, sparsity, slice_, seed):
+    """Against a full sort: zeros (also -0.0) and ties at the threshold, the ties kept in order."""
+    from pydsz import prune
+
+    rng = np.random.default_rng(seed)
+    w = (rng.integers(-3, 4, (rows, cols)) * (rng.random((rows, cols)) > 0.4)).astype(np.float32)
+    w[w == 0] *= -1  # some negative zeros
+    n_prune = int(round(sparsity * w.size))
+    expected = np.ones(w.size, bool)
+    if n_prune:
+        threshold = np.sort(np.abs(w).ravel())[n_prune - 1]
+        expected = np.abs(w).ravel() > threshold
+        tied = np.flatnonzero(np.abs(w).ravel() == threshold)
+        expected[tied[: w.size - n_prune - int(expected.sum())]] = True
+    old = prune.SLICE
+    prune.SLICE = slice_ or old
+    try:
+        assert np.array_equal(magnitude_mask(w, sparsity).ravel(), expected)
+    finally:
+        prune.SLICE = old
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 50), st.sampled_from([None, 101, 128]), st.integers(0, 2**31))
+def test_the_mean_square_is_numpys_to_the_last_bit(rows, cols, slice_, seed):
+    """retrain's input scale, summed in slices, equals np.mean of a float64 square exactly."""
+    from pydsz import prune
+
+    h = (np.random.default_rng(seed).standard_normal((rows, cols)) * 40).astype(np.float32)
+    old = prune.SLICE
+    prune.SLICE = slice_ or old
+    try:
+        assert prune._mean_square(h) == np.mean(np.square(h, dtype=np.float64))
+    finally:
+        prune.SLICE = old
+
+
+def test_adam_held_at_a_mask_equals_adam_on_every_weight_masked():
+    """The moments kept only at the mask's entries, the mask tightened twice (the moments regathered):
+    the same weights, bit for bit, as the moments of every weight with gradient and weight masked
+    (the sign of a pruned weight's zero aside: -0.0 or 0.0, which multiplies and sums alike)."""
+    from pydsz import prune
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((37, 29)).astype(np.float32)
+    masks = [rng.random(w.shape) > 0.3]
+    masks += [masks[0] & (rng.random(w.shape) > 0.5)]
+    masks += [masks[1] & (rng.random(w.shape) > 0.5)]
+    dense, held = prune._Adam(), prune._Adam()
+    a, b = w * masks[0], w * masks[0]
+    held.hold("w", masks[0])
+    for t in range(1, 10):
+        mask = masks[(t - 1) // 3]
+        if t in (4, 7):
+            a *= mask
+            b *= mask
+            held.hold("w", mask)
+        grad = rng.standard_normal(w.shape).astype(np.float32)
+        dense.t = held.t = t
+        for rows in (slice(0, 20), slice(20, 37)):
+            dense.step("w", a, grad[rows] * mask[rows], 1e-2, rows)
+            a[rows] *= mask[rows]
+            held.step("w", b, grad[rows], 1e-2, rows)
+        assert np.array_equal(a.view(np.uint32) & 0x7FFFFFFF, b.view(np.uint32) & 0x7FFFFFFF)
+    assert held.state["w"][0].size == np.count_nonzero(masks[2])
 
 
 def test_magnitude_mask_rejects_a_sparsity_outside_0_1():

@@ -169,6 +169,22 @@ def test_capture_the_input_of_the_first_fc_layer(lenet5, test_set):
     np.testing.assert_allclose(runtime.capture(lenet5, x[:100], fc1.input, batch_size=100), h, rtol=1e-5, atol=1e-6)
 
 
+def test_capture_batches_hold_the_preserved_tensors_within_their_bytes(lenet5, test_set, monkeypatch):
+    """The default batch keeps every preserved tensor of a batch within CAPTURE_BYTES (LeNet-5 keeps
+    about 85 KB a sample: 200 KB allows 2 samples), and the values are those of a batch of 256, bit for bit."""
+    x, _ = test_set
+    fc1 = TFLiteModel(lenet5).layer("fc1")
+    whole = runtime.capture(lenet5, x[:50], fc1.input, batch_size=256)
+    batches = []
+    run = runtime._run_batches
+    monkeypatch.setattr(runtime, "_run_batches", lambda it, x, batch_size, read: batches.append(batch_size) or
+                        run(it, x, batch_size, read))
+    monkeypatch.setattr(runtime, "CAPTURE_BYTES", 200_000)
+    small = runtime.capture(lenet5, x[:50], fc1.input)
+    assert batches == [2]
+    assert np.array_equal(small.view(np.uint32), whole.view(np.uint32))
+
+
 def test_capture_of_the_output_is_the_prediction(lenet300, test_set):
     x, _ = test_set
     (out,) = TFLiteModel(lenet300).output_details()

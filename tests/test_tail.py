@@ -135,11 +135,15 @@ def test_forward_leaves_h_alone(lenet300, test_set):
     np.testing.assert_array_equal(h, before)
 
 
-def test_weights_and_biases_are_float32_copies(lenet300):
+def test_weights_are_the_models_own_read_only(lenet300):
+    """The tail's weights are views of the model's float32 bytes (no copy of a large model's tail),
+    which nothing can write through."""
     tail = Tail.from_model(lenet300, "fc1")
+    data = np.frombuffer(lenet300.data, np.uint8)
     for name in tail.layers:
         np.testing.assert_array_equal(tail.weights[name], lenet300.weight(name))
-        assert tail.weights[name].dtype == np.float32 and tail.weights[name].flags.writeable
+        assert tail.weights[name].dtype == np.float32 and np.shares_memory(tail.weights[name], data)
+        assert not tail.weights[name].flags.writeable
         assert tail.biases[name].shape == (lenet300.layer(name).shape[0],)
 
 
