@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import warnings
 from typing import Mapping, Optional
 
@@ -58,6 +59,13 @@ def interpreter_class(runtime: Optional[str] = None):
     raise DszError(f"no TFLite interpreter found; {_INSTALL_HINT}")
 
 
+# XNNPACK, the runtimes' default delegate, repacks a model's float weights into a copy of its own
+# (VGG-16's FC layers: +470 MiB); a model larger than this runs on the builtin kernels, which read
+# the weights where they are (+12 MiB). A model and its decoded .dsz have the same size, so both
+# run on the same kernels and their outputs compare.
+REPACK_LIMIT = 64 << 20
+
+
 def make_interpreter(model, num_threads: Optional[int] = None, preserve_all_tensors: bool = False,
                      runtime: Optional[str] = None):
     """An interpreter for a model given as bytes (or bytearray, memoryview, TFLiteModel).
@@ -68,6 +76,9 @@ def make_interpreter(model, num_threads: Optional[int] = None, preserve_all_tens
     content = bytes(getattr(model, "data", model))  # the Interpreter refuses bytearray
     cls = interpreter_class(runtime)
     kwargs = {"model_content": content, "num_threads": num_threads}
+    if len(content) > REPACK_LIMIT:
+        kwargs["experimental_op_resolver_type"] = \
+            sys.modules[cls.__module__].OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     if preserve_all_tensors:
         kwargs["experimental_preserve_all_tensors"] = True
     try:

@@ -66,6 +66,37 @@ def test_every_installed_runtime_gives_the_same_predictions(name, lenet5, test_s
     np.testing.assert_allclose(runtime.predict(interpreter, x[:200]), runtime.predict(lenet5, x[:200]), atol=1e-5)
 
 
+@pytest.mark.parametrize("name", sorted(runtime.RUNTIMES))
+def test_a_model_over_the_repack_limit_runs_on_the_builtin_kernels_with_the_same_predictions(
+        name, lenet5, test_set, monkeypatch):
+    try:
+        reference = runtime.predict(runtime.make_interpreter(lenet5, runtime=name), test_set[0][:200])
+    except DszError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setattr(runtime, "REPACK_LIMIT", len(lenet5) - 1)
+    builtin = runtime.make_interpreter(lenet5, runtime=name)
+    np.testing.assert_allclose(runtime.predict(builtin, test_set[0][:200]), reference, atol=1e-5)
+
+
+def _rss() -> int:
+    return next(int(line.split()[1]) << 10 for line in open("/proc/self/status") if line.startswith("VmRSS"))
+
+
+def test_a_model_over_the_repack_limit_keeps_no_copy_of_its_weights(test_set):
+    # one 4160x4096 dense layer: 68 MB of weights, over the limit; XNNPACK would add a copy of them
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.01, (4096, 4160)).astype(np.float32)
+    model = build_tflite(
+        [{"shape": [1, 4160]}, {"shape": [4096, 4160], "data": w.tobytes()}, {"shape": [1, 4096]}],
+        [("FULLY_CONNECTED", [0, 1], [2])], inputs=[0], outputs=[2])
+    assert len(model) > runtime.REPACK_LIMIT
+    before = _rss()
+    interpreter = runtime.make_interpreter(model)
+    out = runtime.predict(interpreter, np.ones((2, 4160), np.float32))
+    assert _rss() - before < w.nbytes // 4
+    np.testing.assert_allclose(out, np.ones((2, 4160), np.float32) @ w.T, rtol=1e-4, atol=1e-4)
+
+
 def test_make_interpreter_takes_bytearray_and_model(lenet300):
     for content in (bytearray(lenet300), memoryview(lenet300), TFLiteModel(lenet300)):
         interpreter = runtime.make_interpreter(content, num_threads=1)
