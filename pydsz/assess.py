@@ -197,7 +197,7 @@ class Evaluator:
         self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
         self.patterns: dict[str, tuple] = {}  # layer -> (its stored weights, their codec.sparse_index)
         self.compensator, self._compensate = None, compensate
-        if compensate is not None and compensate is not False:
+        if compensate is not False:
             from pydsz.oneshot import Compensator, selectable
 
             chosen = [layer.name for layer in selectable(self.model, ("fc", "conv")) if layer.name in self.layer_names]
@@ -393,16 +393,18 @@ class Ladder:
     def issue(self, task: tuple[float, int]) -> None:
         self.issued.add(task)
 
-    def add(self, task: tuple[float, int], point: Point) -> None:
-        """The result of a task; bound 0's point once all of its parts are in."""
+    def add(self, task: tuple[float, int], point: Point) -> Optional[Point]:
+        """The result of a task; returns the point it completes (bound 0's once all of its parts are
+        in), else None."""
         bound, part = task
-        if bound != 0 or self.parts == 1:
-            self.measured[bound] = point
-            return
-        self._lossless[part] = point
-        if len(self._lossless) == self.parts:
+        if bound == 0 and self.parts > 1:
+            self._lossless[part] = point
+            if len(self._lossless) < self.parts:
+                return None
             size = sum(p.size for p in self._lossless.values())
-            self.measured[0.0] = Point(self.name, 0.0, size, size, 0, 0.0)
+            point = Point(self.name, 0.0, size, size, 0, 0.0)
+        self.measured[bound] = point
+        return point
 
     @property
     def done(self) -> bool:
@@ -454,9 +456,9 @@ def assess_layer(
     pattern = codec.sparse_index(_matrix(weight))
     while (task := ladder.next()) is not None:
         ladder.issue(task)
-        ladder.add(task, measure_point(evaluator, name, *task, weight, pattern))
-        if on_point and task[0] in ladder.measured:
-            on_point(ladder.measured[task[0]])
+        point = ladder.add(task, measure_point(evaluator, name, *task, weight, pattern))
+        if on_point and point:
+            on_point(point)
     return ladder.points()
 
 
@@ -487,9 +489,9 @@ def assess(evaluator: Evaluator, layer_names: Sequence[str], budget: float, prog
         def done(args, point):
             name, bound, part = args
             ladder = ladders[name]
-            ladder.add((bound, part), point)
-            if on_point and bound in ladder.measured:
-                on_point(ladder.measured[bound])
+            point = ladder.add((bound, part), point)
+            if on_point and point:
+                on_point(point)
             if ladder.done:
                 bar.set_postfix_str(f"{ladder.name}: {len(ladder.measured)} evaluations")
                 bar.update()

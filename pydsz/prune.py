@@ -623,25 +623,15 @@ def prune_model(
     """
     from pydsz import runtime
     from pydsz.model import TFLiteModel
-    from pydsz.tail import Tail
 
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
-    fcs = [l for l in model.layers(("fc",)) if l.compressible and not l.shared_with]
-    if not fcs:
-        raise InputError("the model has no prunable FC layer (float32 constant weights used by one layer)")
     (x, y), (x_val, y_val) = train, val
+    fcs = _fc_layers(model, "no prunable FC layer")
     if len(x) < MIN_TRAIN_SAMPLES:
         raise InputError(f"training set of {len(x)} samples: too small to retrain (need >= {MIN_TRAIN_SAMPLES})")
     top1_before = runtime.accuracy(data, x_val, y_val, num_threads=num_threads)
-    tail = Tail.from_model(model, fcs[0].name, strict=True)
-    # the tail's weights are the model's (read-only views of its bytes) and retrain copies what it
-    # trains, so the dense layers take no memory of their own
-    layers, tail_input = tail_layers(tail), tail.input_tensor
-    del tail
-    storable = _bias_buffers(model, layers)
-    for l in layers:
-        l.train_bias = model.layer(l.name).bias is not None and model.tensors[model.layer(l.name).bias].buffer in storable
+    layers, tail_input = _trainable_tail(model, fcs[0].name)
     already = [l.name for l in layers if 1 - density(l.weight) >= ALREADY_SPARSE]
     prunable = [l.name for l in layers if l.name in {f.name for f in fcs}]
     todo = [name for name in prunable if name not in already]
@@ -680,12 +670,40 @@ def prune_model(
         else:
             del targets[name]
     del h, h_val  # the new model's bytes need not sit beside the activations
-    biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
-    out = model.replace({**{l.name: l.weight for l in layers}, **biases})
-    sparsities = {l.name: 1 - density(l.weight) for l in layers}
+    out, sparsities = _written(model, layers)
     del layers  # written into `out`: the interpreter measuring it need not sit beside them
     return PruneResult(out, sparsities, sorted(targets), already,
                        top1_before, runtime.accuracy(out, x_val, y_val, num_threads=num_threads))
+
+
+def _fc_layers(model, none: str) -> list:
+    """The model's FC layers that pruning may change; InputError, saying the model has `none`, where
+    there are none."""
+    fcs = [l for l in model.layers(("fc",)) if l.compressible and not l.shared_with]
+    if not fcs:
+        raise InputError(f"the model has {none} (float32 constant weights used by one layer)")
+    return fcs
+
+
+def _trainable_tail(model, first: str) -> tuple[list[Dense], int]:
+    """The tail from FC layer `first` on as Dense layers, each training its bias where the bias's
+    buffer is its own; and the tail's input tensor. The layers' weights are the model's (read-only
+    views of its bytes) and retrain copies what it trains, so they take no memory of their own."""
+    from pydsz.tail import Tail
+
+    tail = Tail.from_model(model, first, strict=True)
+    layers = tail_layers(tail)
+    storable = _bias_buffers(model, layers)
+    for l in layers:
+        l.train_bias = model.layer(l.name).bias is not None and model.tensors[model.layer(l.name).bias].buffer in storable
+    return layers, tail.input_tensor
+
+
+def _written(model, layers: Sequence[Dense]) -> tuple[bytes, dict[str, float]]:
+    """The model with the layers' weights (and their own biases) written in; each layer's sparsity."""
+    biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
+    out = model.replace({**{l.name: l.weight for l in layers}, **biases})
+    return out, {l.name: 1 - density(l.weight) for l in layers}
 
 
 def _bias_buffers(model, layers: Sequence[Dense]) -> dict[int, Dense]:
@@ -717,21 +735,14 @@ def retrain_masked(tflite_bytes: bytes, teacher_bytes: bytes, train: tuple[np.nd
     from pydsz.tail import Tail
 
     model = TFLiteModel(bytes(tflite_bytes))
-    fcs = [l for l in model.layers(("fc",)) if l.compressible and not l.shared_with]
-    if not fcs:
-        raise InputError("the model has no FC layer to retrain (float32 constant weights used by one layer)")
+    first = _fc_layers(model, "no FC layer to retrain")[0].name
     (x, y), (x_val, y_val) = train, val
-    tail = Tail.from_model(model, fcs[0].name, strict=True)
-    layers = tail_layers(tail)
-    storable = _bias_buffers(model, layers)
-    for l in layers:
-        l.train_bias = model.layer(l.name).bias is not None and model.tensors[model.layer(l.name).bias].buffer in storable
-    teacher = tail_layers(Tail.from_model(TFLiteModel(bytes(teacher_bytes)), fcs[0].name, strict=True))
-    h = runtime.capture(model.data, x, tail.input_tensor, num_threads=num_threads)
+    layers, tail_input = _trainable_tail(model, first)
+    teacher = tail_layers(Tail.from_model(TFLiteModel(bytes(teacher_bytes)), first, strict=True))
+    h = runtime.capture(model.data, x, tail_input, num_threads=num_threads)
     layers = retrain(layers, _masks(layers, {}), h, np.asarray(y), epochs=epochs, seed=seed, progress=progress,
                      teacher=teacher if distill else None, distill=distill, device=device)
-    biases = {buffer: l.bias for buffer, l in _bias_buffers(model, layers).items()}
-    out = model.replace({**{l.name: l.weight for l in layers}, **biases})
-    return PruneResult(out, {l.name: 1 - density(l.weight) for l in layers}, [], [],
+    out, sparsities = _written(model, layers)
+    return PruneResult(out, sparsities, [], [],
                        runtime.accuracy(model.data, x_val, y_val, num_threads=num_threads),
                        runtime.accuracy(out, x_val, y_val, num_threads=num_threads), "oneshot+retrain")

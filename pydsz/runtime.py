@@ -147,7 +147,8 @@ def fit_inputs(details, x, source: str = "x") -> list:
 
 def _run_batches(interpreter, x, batch_size: int, read) -> list:
     """Feed x (see fit_inputs) to the inputs in batches; collect read(interpreter), a list of arrays
-    with one row per sample of the batch, for each batch in order.
+    with one row per sample of the batch (or none, where read keeps the values itself), for each
+    batch in order.
 
     A model whose inputs declare a fixed batch (shape_signature without -1) runs one sample at a
     time; so does one whose graph turns out to hard-code a batch of 1 (an invoke that fails, or an
@@ -276,7 +277,7 @@ def capture(model, x, tensor_index: int, batch_size: Optional[int] = None,
             out = cache.empty((n, *values.shape[1:]), values.dtype)
         out[filled:filled + rows] = values
         filled += rows
-        return [np.empty((rows, 0), np.uint8)]  # _run_batches checks a row per sample; the values are in out
+        return []  # the values are in out, their batch axis checked above
 
     _run_batches(interpreter, x, batch_size, read)
     return out
