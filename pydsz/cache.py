@@ -21,7 +21,8 @@ from .errors import InputError
 ENV = "DSZ_MAX_CACHE_MEMORY"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
-_in_memory = 0  # bytes of the caches held in memory now
+_in_memory = 0  # bytes of the caches held in memory now, counted while a limit is set
+_now = _peak = 0  # bytes of all caches (in memory or mapped) now, and at most at one time
 
 
 def parse_size(text: str) -> int:
@@ -74,22 +75,41 @@ def _fits(nbytes: int) -> bool:
     return cap is None or _in_memory + nbytes <= cap
 
 
+def peak() -> int:
+    """The most bytes the caches (in memory or mapped) took at one time in this process: the part
+    of the peak memory that grows with the data set (cli prints it beside the peak)."""
+    return _peak
+
+
 def _held(array: np.ndarray) -> np.ndarray:
     """Count an in-memory cache against the limit until it is freed."""
     global _in_memory
     if limit() is not None:
         _in_memory += array.nbytes
         weakref.finalize(array, _release, array.nbytes)
-    return array
+    return _track(array)
 
 
 def _mapped(shape: tuple, dtype) -> np.ndarray:
     with tempfile.TemporaryFile(prefix="dsz-cache-") as f:
         f.truncate(max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize))
         # the mapping keeps the unlinked file's pages alive after the file object closes
-        return np.memmap(f, dtype=dtype, mode="r+", shape=shape)
+        return _track(np.memmap(f, dtype=dtype, mode="r+", shape=shape))
 
 
 def _release(nbytes: int) -> None:
     global _in_memory
     _in_memory -= nbytes
+
+
+def _track(array: np.ndarray) -> np.ndarray:
+    global _now, _peak
+    _now += array.nbytes
+    _peak = max(_peak, _now)
+    weakref.finalize(array, _untrack, array.nbytes)
+    return array
+
+
+def _untrack(nbytes: int) -> None:
+    global _now
+    _now -= nbytes

@@ -181,14 +181,20 @@ def _print_device(result, quiet: bool) -> None:
         print(f"the assessment ran on the CPU: {result.cpu_reason}")
 
 
-def _peak_memory() -> str:
-    """This process's peak resident memory so far, for the summary of a long command."""
+def _peak_memory(model_bytes: int) -> str:
+    """This process's peak resident memory so far, for the summary of a long command, beside what
+    it is meant to stay within: 3x the model plus the cached activations (README, large models)."""
+    from . import cache
+
+    mib = 1 << 20
+    bound = f"within 3 x the model ({model_bytes / mib:.0f} MiB) + cached activations ({cache.peak() / mib:.0f} MiB) " \
+            f"= {(3 * model_bytes + cache.peak()) / mib:.0f} MiB"
     try:
         import resource
     except ImportError:  # not on every platform
-        return "unknown"
+        return f"unknown (meant to stay {bound})"
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return f"{kib / 1024:.0f} MiB"
+    return f"{kib / 1024:.0f} MiB (meant to stay {bound})"
 
 
 def _calibration(args, model_bytes: bytes):
@@ -238,7 +244,7 @@ def cmd_compress(args) -> None:
     _print_result(result, args.quiet)
     _print_device(result, args.quiet)
     if not args.quiet:
-        print(f"wrote {args.output} ({len(result.dsz)} bytes); peak memory {_peak_memory()}")
+        print(f"wrote {args.output} ({len(result.dsz)} bytes); peak memory {_peak_memory(len(model))}")
 
 
 def _prune_sparsity(text: str):
@@ -298,7 +304,7 @@ def cmd_prune(args) -> None:
             print(note)
         if result.top1_before is not None:
             print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
-        print(f"wrote {args.output}; peak memory {_peak_memory()}")
+        print(f"wrote {args.output}; peak memory {_peak_memory(len(model))}")
 
 
 def cmd_demo(args) -> None:

@@ -46,6 +46,18 @@ def test_freed_caches_return_their_share_of_the_limit(monkeypatch):
         assert not isinstance(cache.empty((200, 1000)), np.memmap)
 
 
+def test_the_caches_peak_counts_held_and_mapped_ones_together(monkeypatch):
+    """cache.peak() is what the CLI adds to 3x the model for the memory a command should stay within."""
+    monkeypatch.setenv(cache.ENV, "1M")
+    before = cache.peak()
+    held, mapped = cache.empty((100, 1000)), cache.empty((1000, 1000))  # 400 KB in memory, 4 MB mapped
+    assert isinstance(mapped, np.memmap) and not isinstance(held, np.memmap)
+    high = cache.peak()
+    assert high >= before and high >= cache._now >= 4_400_000
+    del held, mapped
+    assert cache.peak() == high and cache._now <= high - 4_400_000
+
+
 def test_capture_is_the_same_mapped_or_not(monkeypatch):
     model = bundled("lenet5.tflite").read_bytes()
     x, _ = load_npz(bundled("fmnist_val.npz"))
