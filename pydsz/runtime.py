@@ -32,6 +32,10 @@ DEFAULT_BATCH = 256
 # capture() preserves every tensor of a batch: its batches hold at most this many bytes of them
 # (VGG-16's trunk keeps 0.85 MiB a sample, 217 MiB for a batch of 256)
 CAPTURE_BYTES = 64 << 20
+# outputs() sizes its batches so that their non-constant tensors take at most this many bytes: the
+# interpreter's arena grows with the batch (the AlexNet-shaped model, 496 KiB a sample: +86 MiB at
+# 256 samples, +17 MiB at 64, which run within 6% of the time); small models keep DEFAULT_BATCH
+BATCH_BYTES = 32 << 20
 
 
 def _load(module: str, path: str):
@@ -191,9 +195,23 @@ def _run_batches(interpreter, x, batch_size: int, read) -> list:
     return results
 
 
-def outputs(model, x, keys, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int] = None) -> dict:
+def _batch(model, budget: int) -> int:
+    """As many samples (up to DEFAULT_BATCH) as keep a batch's non-constant tensors within `budget`
+    bytes; a sample's values do not depend on the batch it runs in."""
+    from .model import TFLiteModel
+
+    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
+    per_sample = sum(int(np.prod(t.shape[1:])) * (np.dtype(t.dtype).itemsize if t.dtype else 4)
+                     for t in parsed.tensors if len(t.shape) and parsed.constant(t.index) is None)
+    return max(1, min(DEFAULT_BATCH, budget // max(1, per_sample)))
+
+
+def outputs(model, x, keys, batch_size: Optional[int] = None, num_threads: Optional[int] = None) -> dict:
     """Every output of the model for every sample of x, as {key: array [n, ...]}: keys name the
-    outputs in order (TFLiteModel.output_details()'s "key")."""
+    outputs in order (TFLiteModel.output_details()'s "key"). batch_size: by default as many samples
+    as keep the batch's tensors within BATCH_BYTES (an interpreter given: DEFAULT_BATCH)."""
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH if hasattr(model, "invoke") else _batch(model, BATCH_BYTES)
     interpreter = _interpreter(model, num_threads)
     details = interpreter.get_output_details()
     if len(keys) != len(details):
@@ -251,15 +269,11 @@ def capture(model, x, tensor_index: int, batch_size: Optional[int] = None,
     CAPTURE_BYTES; a sample's values do not depend on the batch it runs in.
     """
     from . import cache
-    from .model import TFLiteModel
 
     if hasattr(model, "invoke"):
         raise InputError("capture needs the model's bytes, not an interpreter: it must preserve all tensors")
     if batch_size is None:
-        parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
-        per_sample = sum(int(np.prod(t.shape[1:])) * (np.dtype(t.dtype).itemsize if t.dtype else 4)
-                         for t in parsed.tensors if len(t.shape) and parsed.constant(t.index) is None)
-        batch_size = max(1, min(DEFAULT_BATCH, CAPTURE_BYTES // max(1, per_sample)))
+        batch_size = _batch(model, CAPTURE_BYTES)
     interpreter = make_interpreter(model, num_threads=num_threads, preserve_all_tensors=True)
     n_tensors = len(interpreter.get_tensor_details())
     if not 0 <= tensor_index < n_tensors:

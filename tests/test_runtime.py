@@ -216,6 +216,23 @@ def test_capture_batches_hold_the_preserved_tensors_within_their_bytes(lenet5, t
     assert np.array_equal(small.view(np.uint32), whole.view(np.uint32))
 
 
+def test_outputs_batches_hold_the_tensors_within_their_bytes(lenet5, test_set, monkeypatch):
+    """outputs() sizes its default batch by BATCH_BYTES (LeNet-5: about 85 KB a sample, 200 KB allow 2),
+    to the same outputs bit for bit as a batch of 256."""
+    x, _ = test_set
+    keys = [d["key"] for d in TFLiteModel(lenet5).output_details()]
+    whole = runtime.outputs(lenet5, x[:50], keys, batch_size=256)
+    batches = []
+    run = runtime._run_batches
+    monkeypatch.setattr(runtime, "_run_batches", lambda it, x, batch_size, read: batches.append(batch_size) or
+                        run(it, x, batch_size, read))
+    assert runtime.BATCH_BYTES // 90_000 >= runtime.DEFAULT_BATCH  # small models keep the default
+    monkeypatch.setattr(runtime, "BATCH_BYTES", 200_000)
+    small = runtime.outputs(lenet5, x[:50], keys)
+    assert batches == [2]
+    assert all(np.array_equal(small[k].view(np.uint32), whole[k].view(np.uint32)) for k in keys)
+
+
 def test_capture_of_the_output_is_the_prediction(lenet300, test_set):
     x, _ = test_set
     (out,) = TFLiteModel(lenet300).output_details()
