@@ -1,5 +1,6 @@
 /* Sparse matrices: the non-zeros' values as a data section, their positions as an index
- * section, and the fused one-pass decoder that scatters into a zero-filled dense matrix.
+ * section, and two one-pass decoders over one reader of both sections: the fused one that
+ * scatters into a zero-filled dense matrix, and the one that writes CSR arrays.
  *
  * Index symbols (both codecs): the gap d = position - previous position (the first gap
  * counts from -1) in 1..255; the symbol 0 is a filler that advances by 255 without
