@@ -421,17 +421,25 @@ def decode_sparse_csr(buf: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     what = f"sparse stream ({rows}x{cols}, nnz {nnz})"
     if cols > 2 ** 31:
         raise InputError(f"{what}: a CSR matrix has at most 2^31 columns")
-    # nnz is at most 8 per byte of the (inflated) data section: the header's check, done before here
     try:
-        row_ptr = np.empty(rows + 1, np.int64)
-        col_index, values = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
-    except (MemoryError, ValueError):
-        raise DszError(f"{what}: no memory for its CSR arrays") from None
-    try:
+        if cols == 0:
+            # no non-zero fits, but the header may declare any number of rows: the sections are
+            # checked (by the dense decoder, which then writes nothing) before rows + 1 pointers exist
+            decode_sparse_sections(info, data, index, _output(None, 0, what, zeroed=False, dtype_id=info["dtype"]))
+            return _csr_arrays(rows, 0, what, np.zeros)
+        # nnz is at most 8 per byte of the (inflated) data section: the header's check
+        row_ptr, col_index, values = _csr_arrays(rows, nnz, what, np.empty)
         _core.decode_sparse_csr(info, data, index, row_ptr, col_index, values)
     except _core.CoreError as e:
         raise FormatError(f"{what}: {e.name}") from None
     return row_ptr, col_index, values
+
+
+def _csr_arrays(rows: int, nnz: int, what: str, make) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    try:
+        return make(rows + 1, np.int64), make(nnz, np.int32), make(nnz, np.float32)
+    except (MemoryError, ValueError):
+        raise DszError(f"{what}: no memory for its CSR arrays") from None
 
 
 def sparse_info(buf: Any) -> dict:

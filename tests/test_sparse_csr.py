@@ -1,11 +1,13 @@
 """Sparse streams decoded straight into CSR: the same arrays as the dense decode's CSR, untrusted input refused."""
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz import codec
+from pydsz import _core, codec
 from pydsz.errors import DszError, FormatError, InputError
 from pydsz.sparse import CSR
 
@@ -116,3 +118,23 @@ def test_more_than_2_31_columns_is_an_input_error():
     with pytest.raises(InputError, match="2\\^31"):
         CSR.from_stream(s)
 
+
+
+def test_a_matrix_without_columns_has_a_zero_pointer_per_row():
+    row_ptr, col_index, values = codec.decode_sparse_csr(codec.encode_sparse(np.zeros((5, 0), np.float32), 1e-3))
+    assert row_ptr.tolist() == [0] * 6 and col_index.size == values.size == 0
+
+
+def test_a_corrupt_stream_of_2_40_rows_without_columns_fails_before_allocating_their_pointers():
+    s = _core.encode_sparse(np.zeros((5, 0), np.float32), 1e-3, 1e-3, 0, 0, 32768, 0)  # sections raw
+    info = _core.frame_info(s)
+    body = bytearray(s[info["header_size"]:])
+    body[0] = 1  # one outlier declared among no values
+    info.update(shape=(1 << 40, 0))
+    tracemalloc.start()
+    try:
+        with pytest.raises(FormatError, match="corruption"):
+            codec.decode_sparse_csr(_core.write_header(info) + bytes(body))
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    finally:
+        tracemalloc.stop()
