@@ -427,7 +427,8 @@ def decode_sparse_csr(buf: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             # checked (by the dense decoder, which then writes nothing) before rows + 1 pointers exist
             decode_sparse_sections(info, data, index, _output(None, 0, what, zeroed=False, dtype_id=info["dtype"]))
             return _csr_arrays(rows, 0, what, np.zeros)
-        # nnz is at most 8 per byte of the (inflated) data section: the header's check
+        # the header allows at most 8 non-zeros per byte of the data section: the arrays of entries
+        # stay within a multiple of the inflated input; the row pointers are what the shape asks for
         row_ptr, col_index, values = _csr_arrays(rows, nnz, what, np.empty)
         _core.decode_sparse_csr(info, data, index, row_ptr, col_index, values)
     except _core.CoreError as e:
@@ -436,6 +437,7 @@ def decode_sparse_csr(buf: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _csr_arrays(rows: int, nnz: int, what: str, make) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """row_ptr, col_index and values for rows and nnz, made by `make` (np.empty or np.zeros)."""
     try:
         return make(rows + 1, np.int64), make(nnz, np.int32), make(nnz, np.float32)
     except (MemoryError, ValueError):

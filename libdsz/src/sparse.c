@@ -425,7 +425,8 @@ static size_t sparse_close(sparse_reader* s)
     if (s->f->indexCodec == DSZ_INDEX_GAP8) {
         if (s->at != s->indexSize) return DSZ_ERROR(corruption_detected);
     } else if (s->f->indexCodec == DSZ_INDEX_BITMAP) {
-        if (s->bm.p != s->bm.end) return DSZ_ERROR(corruption_detected); /* the coder's flush is read to its last byte */
+        /* the coder's flush is read to its last byte */
+        if (s->bm.p != s->bm.end) return DSZ_ERROR(corruption_detected);
     } else if (s->f->nnz) {
         uint64_t const used = dsz_br_consumed(&s->br);
         if (used > 8 * s->bitBytes || used + 8 <= 8 * s->bitBytes) return DSZ_ERROR(corruption_detected);
@@ -453,11 +454,12 @@ static size_t decode_dense(sparse_reader* s, void* dst)
     if (f->indexCodec == DSZ_INDEX_HUFFGAP && f->predictor == DSZ_PRED_NONE && f->nnz >= 3) {
         uint64_t* const vlut = value_lut(&s->d);
         uint64_t const n = f->nElements, nnz = f->nnz;
+        uint8_t* const out = (uint8_t*)dst;
         if (!vlut) return DSZ_ERROR(memory_allocation);
         /* a constant size for each, so that every value is one store */
-        if (s->d.outSize == 4) s->k = fused_huff((uint8_t*)dst, 4, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
-        else if (s->d.outSize == 2) s->k = fused_huff((uint8_t*)dst, 2, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
-        else s->k = fused_huff((uint8_t*)dst, 1, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
+        if (s->d.outSize == 4) s->k = fused_huff(out, 4, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
+        else if (s->d.outSize == 2) s->k = fused_huff(out, 2, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
+        else s->k = fused_huff(out, 1, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
         free(vlut);
         if (s->k == (uint64_t)-1) return DSZ_ERROR(corruption_detected);
     }

@@ -277,7 +277,8 @@ static void sparse_case(size_t rows, size_t cols, double density, unsigned codec
         for (k = 0; k < 8 * cs; k++) {
             buf[k / 8] ^= (uint8_t)(1u << (k % 8));
             hs = dsz_getFrameInfo(&f, buf, cs);
-            if (!dsz_isError(hs) && f.nElements <= n && f.shape[0] <= n + 1 && hs + f.dataRawSize + f.indexRawSize == cs) {
+            if (!dsz_isError(hs) && f.nElements <= n && f.shape[0] <= n + 1
+                && hs + f.dataRawSize + f.indexRawSize == cs) {
                 memset(y, 0, sizeof(float) * n);
                 r = dsz_decodeSparse(y, n, &f, buf + hs, (size_t)f.dataRawSize, buf + hs + f.dataRawSize,
                                      (size_t)f.indexRawSize);
@@ -535,14 +536,15 @@ static void test_sparse_csr(void)
     for (dtype = DSZ_DTYPE_FLOAT32; dtype <= DSZ_DTYPE_UINT8; dtype++)
         for (codec = DSZ_INDEX_GAP8; codec <= DSZ_INDEX_BITMAP; codec++)
             for (pred = DSZ_PRED_NONE; pred <= DSZ_PRED_LORENZO; pred++) {
-                dsz_params p = params(dtype == DSZ_DTYPE_FLOAT32 ? 1e-2 : dtype == DSZ_DTYPE_FLOAT16 ? 1e-1 : 2.5, pred);
+                double const eb = dtype == DSZ_DTYPE_FLOAT32 ? 1e-2 : dtype == DSZ_DTYPE_FLOAT16 ? 1e-1 : 2.5;
+                dsz_params p = params(eb, pred);
                 p.radius = 64; /* some outliers */
-                dsz_outlier_write(raw, 0, dtype); /* the dtype's values, non-zeros kept non-zero */
                 for (i = 0; i < n; i++) {
                     float v = w[i];
                     uint32_t bits;
-                    if (dtype == DSZ_DTYPE_INT8) v = v == 0 ? 0 : v > 127 ? 127 : v < -128 ? -128 : v > 0 ? ceilf(v) : floorf(v);
-                    if (dtype == DSZ_DTYPE_UINT8) v = v == 0 ? 0 : fabsf(v) > 255 ? 255 : ceilf(fabsf(v));
+                    /* integers away from zero, so that a non-zero stays one */
+                    if (dtype == DSZ_DTYPE_INT8) v = v > 127 ? 127 : v < -128 ? -128 : v > 0 ? ceilf(v) : floorf(v);
+                    if (dtype == DSZ_DTYPE_UINT8) v = fabsf(v) > 255 ? 255 : ceilf(fabsf(v));
                     memcpy(&bits, &v, 4);
                     dsz_outlier_write(raw + dsz_dtype_size(dtype) * i, bits, dtype);
                 }
@@ -550,7 +552,8 @@ static void test_sparse_csr(void)
                 hs = dsz_getFrameInfo(&f, buf, cs);
                 CHECK(!dsz_isError(cs) && !dsz_isError(hs) && f.predictor == pred && f.nnz > 1000);
                 memset(out, 0, 4 * n);
-                r = dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize);
+                r = dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize,
+                                          f.indexRawSize);
                 CHECK(r == f.nnz);
                 dsz_dtype_load(wide, out, dtype, n);
                 csr_case(&f, buf + hs, r, wide, 1);
@@ -561,8 +564,9 @@ static void test_sparse_csr(void)
         cs = dsz_encodeSparse(buf, cap, NULL, 0, (size_t)INT32_MAX + 2, &p, DSZ_INDEX_GAP8);
         hs = dsz_getFrameInfo(&f, buf, cs);
         CHECK(!dsz_isError(cs) && !dsz_isError(hs));
-        CHECK(dsz_getErrorCode(dsz_decodeSparseCSR(rp, NULL, NULL, 0, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize,
-                                                   f.indexRawSize)) == DSZ_error_parameter_outOfBound);
+        CHECK(dsz_getErrorCode(dsz_decodeSparseCSR(rp, NULL, NULL, 0, &f, buf + hs, f.dataRawSize,
+                                                   buf + hs + f.dataRawSize, f.indexRawSize))
+              == DSZ_error_parameter_outOfBound);
         f.shape[1] = (size_t)INT32_MAX + 1;
         CHECK(dsz_decodeSparseCSR(rp, NULL, NULL, 0, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize,
                                   f.indexRawSize) == 0 && rp[0] == 0);
