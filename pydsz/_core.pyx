@@ -362,6 +362,9 @@ cdef extern from "dsz.h" nogil:
                          size_t nnz, size_t rows, const float* bias)
     size_t dsz_csrFromDense(int64_t* rowPtr, int32_t* colIndex, float* values, size_t capacity,
                             const float* w, size_t rows, size_t cols)
+    size_t dsz_decodeSparseCSR(int64_t* rowPtr, int32_t* colIndex, float* values, size_t nnzCapacity,
+                               const dsz_frameInfo* info, const void* data, size_t dataSize,
+                               const void* index, size_t indexSize)
 
 
 def csr_matmul(const float[:, ::1] x, const int64_t[::1] row_ptr, const int32_t[::1] col_index,
@@ -398,3 +401,22 @@ def csr_from_dense(const float[:, ::1] w, int64_t[::1] row_ptr, int32_t[::1] col
     with nogil:
         r = dsz_csrFromDense(&row_ptr[0], ci, vp, col_index.shape[0], wp, w.shape[0], w.shape[1])
     return check(r, "csr_from_dense")
+
+
+def decode_sparse_csr(dict info, const uint8_t[::1] data, const uint8_t[::1] index, int64_t[::1] row_ptr,
+                      int32_t[::1] col_index, float[::1] values):
+    """Decode a sparse frame's raw sections into the CSR arrays (rows + 1 pointers, room for the
+    non-zeros), with no dense matrix; returns nnz."""
+    cdef dsz_frameInfo f
+    cdef size_t r, ds = data.shape[0], isz = index.shape[0]
+    cdef const uint8_t* dp = &data[0] if ds else NULL
+    cdef const uint8_t* ip = &index[0] if isz else NULL
+    cdef int32_t* ci = &col_index[0] if col_index.shape[0] else NULL
+    cdef float* vp = &values[0] if values.shape[0] else NULL
+    to_info(info, &f)
+    if <size_t>row_ptr.shape[0] != <size_t>f.shape[0] + 1 or values.shape[0] != col_index.shape[0]:
+        raise ValueError(f"decode_sparse_csr: {row_ptr.shape[0]} row pointers for {f.shape[0]} rows, "
+                         f"{col_index.shape[0]} indices, {values.shape[0]} values")
+    with nogil:
+        r = dsz_decodeSparseCSR(&row_ptr[0], ci, vp, col_index.shape[0], &f, dp, ds, ip, isz)
+    return check(r, "sparse sections")

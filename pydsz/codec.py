@@ -22,9 +22,10 @@ import numpy as np
 import zstandard
 
 from pydsz import _core
-from pydsz.errors import DszError, FormatError
+from pydsz.errors import DszError, FormatError, InputError
 
-__all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse", "sparse_info", "stored_array"]
+__all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse", "decode_sparse_csr", "sparse_info",
+           "stored_array"]
 
 MODES = {"abs": 0, "rel": 1}
 PREDICTORS = {"none": 0, "lorenzo": 1, "auto": 255}
@@ -385,14 +386,20 @@ def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: st
     return _core.write_header(info) + data_bytes + index.stored
 
 
-def decode_sparse(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
-    """Rebuild the dense matrix (of the stream's dtype) of an encode_sparse stream (any bytes-like
-    object), or write it into `out` (an array of that dtype, rows*cols values, C order), which is
-    zeroed first."""
+def _sparse_sections(buf: Any) -> tuple[dict, np.ndarray, np.ndarray]:
+    """A sparse stream's header and its data and index sections, unwrapped."""
     info, u8 = _open_frame(buf, _core.KIND_SPARSE, "sparse stream")
     hs, ds = info["header_size"], info["data_stored"]
     data = _inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "sparse stream: data section")
     index = _inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "sparse stream: index section")
+    return info, data, index
+
+
+def decode_sparse(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """Rebuild the dense matrix (of the stream's dtype) of an encode_sparse stream (any bytes-like
+    object), or write it into `out` (an array of that dtype, rows*cols values, C order), which is
+    zeroed first."""
+    info, data, index = _sparse_sections(buf)
     rows, cols = info["shape"]
     # the decoder writes the non-zeros only
     flat = _output(out, info["n_elements"], "decode_sparse", zeroed=True, dtype_id=info["dtype"])
@@ -401,6 +408,40 @@ def decode_sparse(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
     except _core.CoreError as e:
         raise FormatError(f"sparse stream ({rows}x{cols}, nnz {info['nnz']}): {e.name}") from None
     return flat.reshape(rows, cols)
+
+
+def decode_sparse_csr(buf: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR form of an encode_sparse stream's matrix, decoded with no dense matrix in between:
+    (row_ptr int64 [rows + 1], col_index int32 [nnz], values float32 [nnz]), the non-zeros row by
+    row, columns increasing; exactly what CSR.from_dense(decode_sparse(buf)) holds, values of a
+    float16, int8 or uint8 stream widened to float32."""
+    info, data, index = _sparse_sections(buf)
+    rows, cols = info["shape"]
+    nnz = info["nnz"]
+    what = f"sparse stream ({rows}x{cols}, nnz {nnz})"
+    if cols > 2 ** 31:
+        raise InputError(f"{what}: a CSR matrix has at most 2^31 columns")
+    try:
+        if cols == 0:
+            # no non-zero fits, but the header may declare any number of rows: the sections are
+            # checked (by the dense decoder, which then writes nothing) before rows + 1 pointers exist
+            decode_sparse_sections(info, data, index, _output(None, 0, what, zeroed=False, dtype_id=info["dtype"]))
+            return _csr_arrays(rows, 0, what, np.zeros)
+        # the header allows at most 8 non-zeros per byte of the data section: the arrays of entries
+        # stay within a multiple of the inflated input; the row pointers are what the shape asks for
+        row_ptr, col_index, values = _csr_arrays(rows, nnz, what, np.empty)
+        _core.decode_sparse_csr(info, data, index, row_ptr, col_index, values)
+    except _core.CoreError as e:
+        raise FormatError(f"{what}: {e.name}") from None
+    return row_ptr, col_index, values
+
+
+def _csr_arrays(rows: int, nnz: int, what: str, make) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """row_ptr, col_index and values for rows and nnz, made by `make` (np.empty or np.zeros)."""
+    try:
+        return make(rows + 1, np.int64), make(nnz, np.int32), make(nnz, np.float32)
+    except (MemoryError, ValueError):
+        raise DszError(f"{what}: no memory for its CSR arrays") from None
 
 
 def sparse_info(buf: Any) -> dict:

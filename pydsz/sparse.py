@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from . import _core
+from . import _core, codec
 from .errors import InputError
 
 __all__ = ["CSR", "DENSITY_THRESHOLD", "MIN_ROWS", "matmul", "pays", "threads"]
@@ -90,6 +90,13 @@ class CSR:
         col_index, values = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
         _core.csr_from_dense(np.ascontiguousarray(w), row_ptr, col_index, values)
         return cls(tuple(w.shape), row_ptr, col_index, values)
+
+    @classmethod
+    def from_stream(cls, buf) -> "CSR":
+        """The non-zeros of an encode_sparse stream (any bytes-like object), decoded straight into
+        CSR with no dense matrix: the same arrays as from_dense(codec.decode_sparse(buf))."""
+        row_ptr, col_index, values = codec.decode_sparse_csr(buf)
+        return cls(tuple(codec.sparse_info(buf)[k] for k in ("rows", "cols")), row_ptr, col_index, values)
 
     @property
     def density(self) -> float:

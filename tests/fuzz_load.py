@@ -1,7 +1,8 @@
 """atheris fuzz target: pydsz's readers on arbitrary bytes.
 
 A .dsz model goes through pydsz.load() and everything a loaded model decodes (tflite_bytes,
-weights, info); an array or sparse stream through decompress_array / decode_sparse / sparse_info.
+weights, info); an array or sparse stream through decompress_array / decode_sparse /
+decode_sparse_csr / sparse_info.
 Only pydsz.DszError and its subclasses may escape; any other exception, a hang (-timeout) or a
 memory blow-up (-rss_limit_mb) is a finding. Mutations of a .dsz file are also tried with both
 CRC-32s made right again, so that they reach the table and the streams instead of stopping at
@@ -64,6 +65,11 @@ def exercise(data: bytes) -> None:
             _load(data)
     except pydsz.DszError:
         pass
+    if magic == b"DSZS":
+        try:  # also where the dense decode failed: a matrix too large for memory is no CSR's concern
+            pydsz.codec.decode_sparse_csr(data)
+        except pydsz.DszError:
+            pass
     if magic == b"DSZM":
         fixed = with_fixed_crcs(data)
         if fixed is not None and fixed != data:

@@ -7,7 +7,8 @@
  * non-zeros, the k-th in row-major order being k; encoding those positions again
  * (dsz_encodeSparseIndex) gives the same bytes for gap8, whose symbols are unique, and bytes
  * that decode to the same matrix for the entropy-coded codecs. A destination one value short
- * is exactly DSZ_error_dstSize_tooSmall. */
+ * is exactly DSZ_error_dstSize_tooSmall. dsz_decodeSparseCSR on the same sections returns the
+ * same, and on success its k-th entry is k at the k-th non-zero's row and column. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -119,6 +120,29 @@ int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
             free(dst2);
         }
         free(again);
+    }
+    { /* the CSR decoder reads the same index the same way */
+        int64_t rp[MAX_ROWS + 1];
+        int32_t* const ci = (int32_t*)malloc(nnz ? sizeof(int32_t) * nnz : 1);
+        float* const va = fuzz_floats(nnz, 0);
+        size_t const rc = dsz_decodeSparseCSR(rp, ci, va, nnz, &f, data, ds, index, is);
+        FUZZ_CHECK(ci != NULL, "out of memory");
+        FUZZ_CHECK(rc == r, "CSR: %s, dense: %s", dsz_getErrorName(rc), dsz_getErrorName(r));
+        if (!dsz_isError(rc)) {
+            size_t o;
+            FUZZ_CHECK(rp[0] == 0, "the first row starts at %lld", (long long)rp[0]);
+            for (o = 0, k = 0; o < rows; o++) {
+                for (i = 0; i < cols; i++) {
+                    if (dst[o * cols + i] == 0.0f) continue;
+                    FUZZ_CHECK(ci[k] == (int32_t)i && va[k] == (float)(k + 1), "entry %zu: column %d value %g, dense: "
+                               "column %zu", k, (int)ci[k], va[k], i);
+                    k++;
+                }
+                FUZZ_CHECK(rp[o + 1] == (int64_t)k, "row %zu ends at %lld, dense: %zu", o, (long long)rp[o + 1], k);
+            }
+        }
+        free(ci);
+        free(va);
     }
     /* the destination is checked before any section is read: unless the declared sizes were
      * refused already, a short one is exactly that error */

@@ -8,9 +8,10 @@
  *
  * Memory: dsz_compress(), dsz_encodeSparse() and dsz_encodeSparseIndex() malloc internal
  * scratch space (about 8 bytes per coded value, 1 byte per index symbol) and free it before
- * returning; dsz_decompressArray(), dsz_decodeSparse() and dsz_decompress() malloc decoding
- * tables (8 KiB plus 8 bytes per used symbol, at most ~16 MiB for the largest radius) and,
- * for the bitmap index, two rows of flags (2 * cols bytes). All are freed before returning.
+ * returning; dsz_decompressArray(), dsz_decodeSparse(), dsz_decodeSparseCSR() and
+ * dsz_decompress() malloc decoding tables (8 KiB plus 8 bytes per used symbol, at most ~16 MiB
+ * for the largest radius) and, for the bitmap index, two rows of flags (2 * cols bytes). All
+ * are freed before returning.
  * dsz_csrMatmul() mallocs its scratch (about 520 bytes per row of W plus 2 MiB) and frees it.
  * All other functions allocate nothing.
  *
@@ -268,6 +269,23 @@ size_t dsz_decodeSparse(float* dst,                /* output, info->nElements va
                         size_t dataSize,           /* must equal info->dataRawSize */
                         const void* index,         /* raw index section */
                         size_t indexSize);         /* must equal info->indexRawSize */
+
+/* Decode a sparse frame's raw sections straight into CSR form, with no dense matrix: exactly what
+ * dsz_csrFromDense() gives for the matrix dsz_decodeSparseTyped() decodes, the values as float32
+ * whatever the frame's dtype (float16, int8 and uint8 widened exactly). Every one of the stream's
+ * nnz non-zeros is an entry (the encoder never lets a non-zero decode to zero). Validates the
+ * sections as dsz_decodeSparseTyped() does; on an error the outputs hold partial results.
+ * Mallocs the same decoding tables. Returns nnz, or an error code (DSZ_error_parameter_outOfBound
+ * for more than 2^31 columns, DSZ_error_dstSize_tooSmall when nnzCapacity < info->nnz). */
+size_t dsz_decodeSparseCSR(int64_t* rowPtr,           /* output, info->shape[0] + 1 offsets */
+                           int32_t* colIndex,         /* output, nnzCapacity column indices */
+                           float* values,             /* output, nnzCapacity values */
+                           size_t nnzCapacity,        /* room in colIndex and values, >= info->nnz */
+                           const dsz_frameInfo* info, /* from dsz_getFrameInfo() */
+                           const void* data,          /* raw data section */
+                           size_t dataSize,           /* must equal info->dataRawSize */
+                           const void* index,         /* raw index section */
+                           size_t indexSize);         /* must equal info->indexRawSize */
 
 /* ---- sparse matrix products (evaluating pruned FC layers) ---- */
 

@@ -1,5 +1,6 @@
 /* Sparse matrices: the non-zeros' values as a data section, their positions as an index
- * section, and the fused one-pass decoder that scatters into a zero-filled dense matrix.
+ * section, and two one-pass decoders over one reader of both sections: the fused one that
+ * scatters into a zero-filled dense matrix, and the one that writes CSR arrays.
  *
  * Index symbols (both codecs): the gap d = position - previous position (the first gap
  * counts from -1) in 1..255; the symbol 0 is a filler that advances by 255 without
@@ -327,6 +328,115 @@ DSZ_INLINE uint64_t fused_huff(uint8_t* dst, unsigned size, const dsz_hufDec* h,
     return k;
 }
 
+/* A sparse frame's raw sections opened for decoding: the index reader of the frame's codec and the
+ * data section's decoder, advanced together. Both decoders (dense and CSR) read the non-zeros
+ * through it, so that they validate the same bytes the same way and differ only in where a
+ * non-zero goes. */
+typedef struct {
+    const dsz_frameInfo* f;
+    const uint8_t* index;
+    size_t indexSize;
+    size_t at;         /* gap8: the next byte */
+    uint64_t bitBytes; /* huffgap: bytes of the bitstream */
+    uint64_t prev1;    /* the previous position + 1 */
+    uint64_t k;        /* non-zeros read so far */
+    dsz_hufDec h;      /* huffgap */
+    dsz_bitReader br;  /* huffgap */
+    dsz_bitmapDec bm;  /* bitmap */
+    dsz_dataDec d;
+} sparse_reader;
+
+/* What a sparse frame's header and section sizes must satisfy before any section is read
+ * (checked before the caller's capacity, which depends on the header). Returns 0 or an error. */
+static size_t sparse_check(const dsz_frameInfo* f, size_t dataSize, size_t indexSize)
+{
+    if (!f || f->kind != DSZ_KIND_SPARSE) return DSZ_ERROR(parameter_unsupported);
+    DSZ_CHECK(dsz_frame_check(f));
+    if (f->shape[1] && f->shape[0] > DSZ_MAX_ELEMENTS / f->shape[1]) return DSZ_ERROR(corruption_detected);
+    if (f->shape[0] * f->shape[1] != f->nElements) return DSZ_ERROR(corruption_detected);
+    if (f->indexCodec > DSZ_INDEX_BITMAP) return DSZ_ERROR(frameParameter_unsupported);
+    if (dataSize != f->dataRawSize || indexSize != f->indexRawSize) return DSZ_ERROR(srcSize_wrong);
+    return 0;
+}
+
+static void sparse_free(sparse_reader* s)
+{
+    dsz_bitmap_free(&s->bm);
+    dsz_huf_freeDec(&s->h);
+    dsz_data_free(&s->d);
+}
+
+/* Open both sections (after sparse_check). Mallocs the decoding tables; on success the caller
+ * frees them with sparse_free, on an error nothing is left allocated. Returns 0 or an error. */
+static size_t sparse_open(sparse_reader* s, const dsz_frameInfo* f, const void* data, size_t dataSize,
+                          const void* index, size_t indexSize)
+{
+    dsz_quant q;
+    size_t r;
+    memset(s, 0, sizeof(*s));
+    s->f = f;
+    s->index = (const uint8_t*)index;
+    s->indexSize = indexSize;
+    dsz_quant_init(&q, f->errorBound, f->radius, 1, f->dtype);
+    r = dsz_data_open(&s->d, (const uint8_t*)data, dataSize, (size_t)f->nnz, &q, f->predictor);
+    if (dsz_isError(r)) return r;
+    if (f->indexCodec == DSZ_INDEX_HUFFGAP) {
+        size_t const ts = dsz_huf_readTable(&s->h, s->index, indexSize, 256);
+        if (dsz_isError(ts)) { r = ts; goto fail; }
+        r = DSZ_ERROR(corruption_detected);
+        if (indexSize - ts < 8) goto fail;
+        s->bitBytes = dsz_rd64(s->index + ts);
+        if (s->bitBytes != indexSize - ts - 8 || (f->nnz && !s->h.maxLen)) goto fail;
+        dsz_br_init(&s->br, s->index + ts + 8, (size_t)s->bitBytes);
+    } else if (f->indexCodec == DSZ_INDEX_BITMAP) {
+        r = dsz_bitmap_open(&s->bm, s->index, indexSize, (size_t)f->shape[0], (size_t)f->shape[1]);
+        if (dsz_isError(r)) goto fail;
+        r = DSZ_ERROR(corruption_detected);
+        if ((f->nnz == 0) != (indexSize == 0)) goto fail;
+    }
+    return 0;
+fail:
+    sparse_free(s);
+    return r;
+}
+
+/* The next m non-zeros (m <= nnz - k): their positions, strictly increasing and below n, into
+ * pos[] and their values as floats into val[]. Returns 0, or -1 on corrupt input. */
+DSZ_INLINE int sparse_next(sparse_reader* s, size_t* pos, float* val, size_t m)
+{
+    uint64_t const n = s->f->nElements;
+    if (s->f->indexCodec == DSZ_INDEX_GAP8) {
+        if (positions_gap8(s->index, s->indexSize, &s->at, &s->prev1, n, pos, m) != m) return -1;
+    } else if (s->f->indexCodec == DSZ_INDEX_HUFFGAP) {
+        if (positions_huff(&s->h, &s->br, &s->prev1, n, pos, m)) return -1;
+    } else if (dsz_bitmap_positions(&s->bm, n, pos, m) != m) {
+        return -1;
+    }
+    if (dsz_data_decode(&s->d, val, m)) return -1;
+    s->k += m;
+    return 0;
+}
+
+/* Once all nnz non-zeros are read: the index section is consumed exactly (a bitstream to its
+ * last byte) and the data section closes. Returns nnz, or an error. */
+static size_t sparse_close(sparse_reader* s)
+{
+    size_t r;
+    if (s->f->indexCodec == DSZ_INDEX_GAP8) {
+        if (s->at != s->indexSize) return DSZ_ERROR(corruption_detected);
+    } else if (s->f->indexCodec == DSZ_INDEX_BITMAP) {
+        /* the coder's flush is read to its last byte */
+        if (s->bm.p != s->bm.end) return DSZ_ERROR(corruption_detected);
+    } else if (s->f->nnz) {
+        uint64_t const used = dsz_br_consumed(&s->br);
+        if (used > 8 * s->bitBytes || used + 8 <= 8 * s->bitBytes) return DSZ_ERROR(corruption_detected);
+    } else if (s->bitBytes) {
+        return DSZ_ERROR(corruption_detected);
+    }
+    r = dsz_data_close(&s->d);
+    return dsz_isError(r) ? r : (size_t)s->f->nnz;
+}
+
 size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data, size_t dataSize,
                         const void* index, size_t indexSize)
 {
@@ -334,93 +444,89 @@ size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, 
     return dsz_decodeSparseTyped(dst, dstCapacity, f, data, dataSize, index, indexSize);
 }
 
-size_t dsz_decodeSparseTyped(void* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data,
-                             size_t dataSize, const void* indexv, size_t indexSize)
+/* the dense decoder's body: the fused path where it applies, then batches scattered into dst */
+static size_t decode_dense(sparse_reader* s, void* dst)
 {
-    const uint8_t* const index = (const uint8_t*)indexv;
-    uint64_t prev1 = 0, k = 0, n, nnz;
+    const dsz_frameInfo* const f = s->f;
     size_t pos[BATCH];
     float val[BATCH];
-    dsz_dataDec d;
-    dsz_hufDec h;
-    dsz_bitReader br;
-    dsz_bitmapDec bm;
-    dsz_quant q;
-    size_t r, at = 0, j;
-    uint64_t bitBytes = 0;
-    if (!f || f->kind != DSZ_KIND_SPARSE) return DSZ_ERROR(parameter_unsupported);
-    DSZ_CHECK(dsz_frame_check(f));
-    if (f->shape[1] && f->shape[0] > DSZ_MAX_ELEMENTS / f->shape[1]) return DSZ_ERROR(corruption_detected);
-    if (f->shape[0] * f->shape[1] != f->nElements) return DSZ_ERROR(corruption_detected);
-    if (f->indexCodec > DSZ_INDEX_BITMAP) return DSZ_ERROR(frameParameter_unsupported);
-    if (dataSize != f->dataRawSize || indexSize != f->indexRawSize) return DSZ_ERROR(srcSize_wrong);
-    n = f->nElements;
-    nnz = f->nnz;
-    if (dstCapacity < n) return DSZ_ERROR(dstSize_tooSmall);
-    dsz_quant_init(&q, f->errorBound, f->radius, 1, f->dtype);
-    memset(&h, 0, sizeof(h));
-    memset(&bm, 0, sizeof(bm));
-    r = dsz_data_open(&d, (const uint8_t*)data, dataSize, (size_t)nnz, &q, f->predictor);
-    if (dsz_isError(r)) return r;
-    if (f->indexCodec == DSZ_INDEX_HUFFGAP) {
-        size_t const ts = dsz_huf_readTable(&h, index, indexSize, 256);
-        if (dsz_isError(ts)) { r = ts; goto done; }
-        r = DSZ_ERROR(corruption_detected);
-        if (indexSize - ts < 8) goto done;
-        bitBytes = dsz_rd64(index + ts);
-        if (bitBytes != indexSize - ts - 8 || (nnz && !h.maxLen)) goto done;
-        dsz_br_init(&br, index + ts + 8, (size_t)bitBytes);
-    } else if (f->indexCodec == DSZ_INDEX_BITMAP) {
-        r = dsz_bitmap_open(&bm, index, indexSize, (size_t)f->shape[0], (size_t)f->shape[1]);
-        if (dsz_isError(r)) goto done;
-        r = DSZ_ERROR(corruption_detected);
-        if ((nnz == 0) != (indexSize == 0)) goto done;
-    }
-    r = DSZ_ERROR(corruption_detected);
-    if (f->indexCodec == DSZ_INDEX_HUFFGAP && f->predictor == DSZ_PRED_NONE && nnz >= 3) {
-        uint64_t* const vlut = value_lut(&d);
-        if (!vlut) { r = DSZ_ERROR(memory_allocation); goto done; }
+    size_t j;
+    if (f->indexCodec == DSZ_INDEX_HUFFGAP && f->predictor == DSZ_PRED_NONE && f->nnz >= 3) {
+        uint64_t* const vlut = value_lut(&s->d);
+        uint64_t const n = f->nElements, nnz = f->nnz;
+        uint8_t* const out = (uint8_t*)dst;
+        if (!vlut) return DSZ_ERROR(memory_allocation);
         /* a constant size for each, so that every value is one store */
-        if (d.outSize == 4) k = fused_huff((uint8_t*)dst, 4, &h, &br, &d, vlut, &prev1, n, k, nnz);
-        else if (d.outSize == 2) k = fused_huff((uint8_t*)dst, 2, &h, &br, &d, vlut, &prev1, n, k, nnz);
-        else k = fused_huff((uint8_t*)dst, 1, &h, &br, &d, vlut, &prev1, n, k, nnz);
+        if (s->d.outSize == 4) s->k = fused_huff(out, 4, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
+        else if (s->d.outSize == 2) s->k = fused_huff(out, 2, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
+        else s->k = fused_huff(out, 1, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
         free(vlut);
-        if (k == (uint64_t)-1) goto done;
+        if (s->k == (uint64_t)-1) return DSZ_ERROR(corruption_detected);
     }
-    /* batches: positions, then values, then the scatter (what the fast path left) */
-    while (k < nnz) {
-        size_t const m = nnz - k < BATCH ? (size_t)(nnz - k) : BATCH;
-        if (f->indexCodec == DSZ_INDEX_GAP8) {
-            if (positions_gap8(index, indexSize, &at, &prev1, n, pos, m) != m) goto done;
-        } else if (f->indexCodec == DSZ_INDEX_HUFFGAP) {
-            if (positions_huff(&h, &br, &prev1, n, pos, m)) goto done;
-        } else if (dsz_bitmap_positions(&bm, n, pos, m) != m) {
-            goto done;
-        }
-        if (dsz_data_decode(&d, val, m)) goto done;
+    while (s->k < f->nnz) {
+        size_t const m = f->nnz - s->k < BATCH ? (size_t)(f->nnz - s->k) : BATCH;
+        if (sparse_next(s, pos, val, m)) return DSZ_ERROR(corruption_detected);
         if (f->dtype == DSZ_DTYPE_FLOAT32) {
             float* const out = (float*)dst;
             for (j = 0; j < m; j++) out[pos[j]] = val[j];
         } else {
             dsz_dtype_scatter(dst, pos, val, m, f->dtype);
         }
-        k += m;
     }
-    if (f->indexCodec == DSZ_INDEX_GAP8) {
-        if (at != indexSize) goto done;
-    } else if (f->indexCodec == DSZ_INDEX_BITMAP) {
-        if (bm.p != bm.end) goto done; /* the coder's flush is read to its last byte */
-    } else if (nnz) {
-        uint64_t const used = dsz_br_consumed(&br);
-        if (used > 8 * bitBytes || used + 8 <= 8 * bitBytes) goto done;
-    } else if (bitBytes) {
-        goto done;
+    return sparse_close(s);
+}
+
+size_t dsz_decodeSparseTyped(void* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data,
+                             size_t dataSize, const void* index, size_t indexSize)
+{
+    sparse_reader s;
+    size_t r;
+    DSZ_CHECK(sparse_check(f, dataSize, indexSize));
+    if (dstCapacity < f->nElements) return DSZ_ERROR(dstSize_tooSmall);
+    DSZ_CHECK(sparse_open(&s, f, data, dataSize, index, indexSize));
+    r = decode_dense(&s, dst);
+    sparse_free(&s);
+    return r;
+}
+
+/* the CSR decoder's body: values decoded straight into place, positions split into rows and columns */
+static size_t decode_csr(sparse_reader* s, int64_t* rowPtr, int32_t* colIndex, float* values)
+{
+    uint64_t const rows = s->f->shape[0], cols = s->f->shape[1];
+    uint64_t row = 0, rowStart = 0; /* the row being filled and its first position */
+    size_t pos[BATCH];
+    size_t j;
+    rowPtr[0] = 0;
+    while (s->k < s->f->nnz) {
+        size_t const m = s->f->nnz - s->k < BATCH ? (size_t)(s->f->nnz - s->k) : BATCH;
+        size_t const k0 = (size_t)s->k;
+        if (sparse_next(s, pos, values + k0, m)) return DSZ_ERROR(corruption_detected);
+        for (j = 0; j < m; j++) {
+            /* positions increase: rows are closed in order, the empty ones included */
+            while (pos[j] - rowStart >= cols) {
+                rowPtr[++row] = (int64_t)(k0 + j);
+                rowStart += cols;
+            }
+            colIndex[k0 + j] = (int32_t)(pos[j] - rowStart);
+        }
     }
-    r = dsz_data_close(&d);
-    if (!dsz_isError(r)) r = (size_t)nnz;
-done:
-    dsz_bitmap_free(&bm);
-    dsz_huf_freeDec(&h);
-    dsz_data_free(&d);
+    while (row < rows) rowPtr[++row] = (int64_t)s->f->nnz;
+    return sparse_close(s);
+}
+
+size_t dsz_decodeSparseCSR(int64_t* rowPtr, int32_t* colIndex, float* values, size_t nnzCapacity,
+                           const dsz_frameInfo* f, const void* data, size_t dataSize, const void* index,
+                           size_t indexSize)
+{
+    sparse_reader s;
+    size_t r;
+    DSZ_CHECK(sparse_check(f, dataSize, indexSize));
+    /* column indices are int32; rows + 1 pointers must be addressable */
+    if (f->shape[1] > (uint64_t)INT32_MAX + 1 || f->shape[0] >= (size_t)-1 / sizeof(int64_t))
+        return DSZ_ERROR(parameter_outOfBound);
+    if (nnzCapacity < f->nnz) return DSZ_ERROR(dstSize_tooSmall);
+    DSZ_CHECK(sparse_open(&s, f, data, dataSize, index, indexSize));
+    r = decode_csr(&s, rowPtr, colIndex, values);
+    sparse_free(&s);
     return r;
 }

@@ -209,6 +209,48 @@ static void test_huffman_tables(void)
     dsz_huf_freeDec(&d);
 }
 
+/* dsz_decodeSparseCSR on a frame's raw sections against the dense decoder's result rd and matrix y
+ * (the frame's dtype widened to float32): both fail, or both succeed with the CSR's entries,
+ * scattered into a zero matrix, giving y bit for bit, row pointers from 0 to nnz never decreasing
+ * and columns increasing in each row. From the encoder (exact), the arrays are also those
+ * dsz_csrFromDense() makes of y, and one value less of capacity is DSZ_error_dstSize_tooSmall. */
+static void csr_case(const dsz_frameInfo* f, const uint8_t* sections, size_t rd, const float* y, int exact)
+{
+    size_t const rows = (size_t)f->shape[0], cols = (size_t)f->shape[1], nnz = (size_t)f->nnz, n = rows * cols;
+    int64_t* rp = (int64_t*)malloc(sizeof(int64_t) * (rows + 1));
+    int32_t* ci = (int32_t*)malloc(sizeof(int32_t) * (nnz + 1));
+    float* va = (float*)malloc(sizeof(float) * (nnz + 1));
+    const uint8_t* const index = sections + f->dataRawSize;
+    size_t const rc = dsz_decodeSparseCSR(rp, ci, va, nnz, f, sections, (size_t)f->dataRawSize, index,
+                                          (size_t)f->indexRawSize);
+    size_t o, p;
+    CHECK(dsz_isError(rc) == dsz_isError(rd));
+    if (!dsz_isError(rc) && !dsz_isError(rd)) {
+        float* back = (float*)calloc(n + 1, sizeof(float));
+        int ordered = rc == nnz && rp[0] == 0 && rp[rows] == (int64_t)nnz;
+        for (o = 0; o < rows && ordered; o++)
+            for (p = (size_t)rp[o]; p < (size_t)rp[o + 1] && ordered; p++) {
+                ordered = ci[p] >= 0 && (size_t)ci[p] < cols && (p == (size_t)rp[o] || ci[p] > ci[p - 1]);
+                if (ordered) back[o * cols + (size_t)ci[p]] = va[p];
+            }
+        CHECK(ordered && !memcmp(back, y, sizeof(float) * n));
+        free(back);
+    }
+    if (exact) {
+        int64_t* rp2 = (int64_t*)malloc(sizeof(int64_t) * (rows + 1));
+        int32_t* ci2 = (int32_t*)malloc(sizeof(int32_t) * (nnz + 1));
+        float* va2 = (float*)malloc(sizeof(float) * (nnz + 1));
+        CHECK(rc == nnz && dsz_csrFromDense(rp2, ci2, va2, nnz, y, rows, cols) == nnz);
+        CHECK(!memcmp(rp, rp2, sizeof(int64_t) * (rows + 1)) && !memcmp(ci, ci2, sizeof(int32_t) * nnz));
+        CHECK(!memcmp(va, va2, sizeof(float) * nnz));
+        if (nnz)
+            CHECK(dsz_getErrorCode(dsz_decodeSparseCSR(rp, ci, va, nnz - 1, f, sections, (size_t)f->dataRawSize,
+                                                       index, (size_t)f->indexRawSize)) == DSZ_error_dstSize_tooSmall);
+        free(rp2); free(ci2); free(va2);
+    }
+    free(rp); free(ci); free(va);
+}
+
 static void sparse_case(size_t rows, size_t cols, double density, unsigned codec, int abuse)
 {
     size_t const n = rows * cols;
@@ -228,14 +270,19 @@ static void sparse_case(size_t rows, size_t cols, double density, unsigned codec
     r = dsz_decodeSparse(y, n, &f, buf + hs, (size_t)f.dataRawSize, buf + hs + f.dataRawSize, (size_t)f.indexRawSize);
     CHECK(r == nnz);
     for (i = 0; i < n; i++) CHECK((w[i] != 0) == (y[i] != 0) && fabs((double)w[i] - y[i]) <= 1e-2);
+    csr_case(&f, buf + hs, r, y, 1);
     if (abuse) {
+        /* every bit flipped in turn: both decoders fail together or agree (a CSR one value short of
+           the header's nnz, or rows + 1 pointers for the header's rows, are what it may write) */
         for (k = 0; k < 8 * cs; k++) {
             buf[k / 8] ^= (uint8_t)(1u << (k % 8));
             hs = dsz_getFrameInfo(&f, buf, cs);
-            if (!dsz_isError(hs) && f.nElements <= n && hs + f.dataRawSize + f.indexRawSize == cs) {
+            if (!dsz_isError(hs) && f.nElements <= n && f.shape[0] <= n + 1
+                && hs + f.dataRawSize + f.indexRawSize == cs) {
                 memset(y, 0, sizeof(float) * n);
-                (void)dsz_decodeSparse(y, n, &f, buf + hs, (size_t)f.dataRawSize, buf + hs + f.dataRawSize,
-                                       (size_t)f.indexRawSize);
+                r = dsz_decodeSparse(y, n, &f, buf + hs, (size_t)f.dataRawSize, buf + hs + f.dataRawSize,
+                                     (size_t)f.indexRawSize);
+                if (f.dtype == DSZ_DTYPE_FLOAT32) csr_case(&f, buf + hs, r, y, 0);
             }
             buf[k / 8] ^= (uint8_t)(1u << (k % 8));
         }
@@ -426,6 +473,7 @@ static void test_sparse_fast_path(void)
     int8_t* x = (int8_t*)malloc(n);
     uint16_t* h = (uint16_t*)malloc(2 * n);
     uint8_t* out = (uint8_t*)malloc(2 * n);
+    float* wide = (float*)malloc(sizeof(float) * n);
     size_t const cap = dsz_sparseBound(rows, cols, n, 0);
     uint8_t* buf = (uint8_t*)malloc(cap);
     dsz_frameInfo f;
@@ -456,12 +504,74 @@ static void test_sparse_fast_path(void)
             }
         }
         for (at = hs; at < cs; at += 7) {
+            size_t r;
             buf[at] ^= (uint8_t)(1u << (at & 7));
-            (void)dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize);
+            memset(out, 0, 2 * n);
+            r = dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize);
+            dsz_dtype_load(wide, out, dtype, n);
+            csr_case(&f, buf + hs, r, wide, 0);
             buf[at] ^= (uint8_t)(1u << (at & 7));
         }
     }
-    free(x); free(h); free(out); free(buf);
+    free(x); free(h); free(out); free(wide); free(buf);
+}
+
+/* The CSR decoder in every dtype, index codec and predictor equals dsz_csrFromDense of the dense
+ * decode widened to float32 (empty rows, gaps past 255 and outliers included); more than 2^31
+ * columns is an error, as dsz_csrFromDense makes it. */
+static void test_sparse_csr(void)
+{
+    size_t const rows = 60, cols = 700, n = rows * cols;
+    float* w = (float*)calloc(n, sizeof(float));
+    uint8_t* raw = (uint8_t*)malloc(4 * n);
+    uint8_t* out = (uint8_t*)malloc(4 * n);
+    float* wide = (float*)malloc(sizeof(float) * n);
+    size_t const cap = dsz_sparseBound(rows, cols, n, 0);
+    uint8_t* buf = (uint8_t*)malloc(cap);
+    dsz_frameInfo f;
+    size_t i, cs, hs, r;
+    unsigned dtype, codec, pred;
+    for (i = 0; i < n; i++)
+        if (i / cols % 7 != 3 && (i < 5000 || i > 9000) && unif() < 0.08) w[i] = laplace(20.0);
+    for (dtype = DSZ_DTYPE_FLOAT32; dtype <= DSZ_DTYPE_UINT8; dtype++)
+        for (codec = DSZ_INDEX_GAP8; codec <= DSZ_INDEX_BITMAP; codec++)
+            for (pred = DSZ_PRED_NONE; pred <= DSZ_PRED_LORENZO; pred++) {
+                double const eb = dtype == DSZ_DTYPE_FLOAT32 ? 1e-2 : dtype == DSZ_DTYPE_FLOAT16 ? 1e-1 : 2.5;
+                dsz_params p = params(eb, pred);
+                p.radius = 64; /* some outliers */
+                for (i = 0; i < n; i++) {
+                    float v = w[i];
+                    uint32_t bits;
+                    /* integers away from zero, so that a non-zero stays one */
+                    if (dtype == DSZ_DTYPE_INT8) v = v > 127 ? 127 : v < -128 ? -128 : v > 0 ? ceilf(v) : floorf(v);
+                    if (dtype == DSZ_DTYPE_UINT8) v = fabsf(v) > 255 ? 255 : ceilf(fabsf(v));
+                    memcpy(&bits, &v, 4);
+                    dsz_outlier_write(raw + dsz_dtype_size(dtype) * i, bits, dtype);
+                }
+                cs = dsz_encodeSparseTyped(buf, cap, raw, dtype, rows, cols, &p, codec);
+                hs = dsz_getFrameInfo(&f, buf, cs);
+                CHECK(!dsz_isError(cs) && !dsz_isError(hs) && f.predictor == pred && f.nnz > 1000);
+                memset(out, 0, 4 * n);
+                r = dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize,
+                                          f.indexRawSize);
+                CHECK(r == f.nnz);
+                dsz_dtype_load(wide, out, dtype, n);
+                csr_case(&f, buf + hs, r, wide, 1);
+            }
+    { /* an empty matrix of 2^31 + 1 columns */
+        dsz_params const p = params(1e-2, DSZ_PRED_NONE);
+        int64_t rp[1];
+        cs = dsz_encodeSparse(buf, cap, NULL, 0, (size_t)INT32_MAX + 2, &p, DSZ_INDEX_GAP8);
+        hs = dsz_getFrameInfo(&f, buf, cs);
+        CHECK(!dsz_isError(cs) && !dsz_isError(hs));
+        CHECK(dsz_getErrorCode(dsz_decodeSparseCSR(rp, NULL, NULL, 0, &f, buf + hs, f.dataRawSize,
+                                                   buf + hs + f.dataRawSize, f.indexRawSize))
+              == DSZ_error_parameter_outOfBound);
+        f.shape[1] = (size_t)INT32_MAX + 1;
+        CHECK(dsz_decodeSparseCSR(rp, NULL, NULL, 0, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize,
+                                  f.indexRawSize) == 0 && rp[0] == 0);
+    }
+    free(w); free(raw); free(out); free(wide); free(buf);
 }
 
 /* dense reference in the kernel's order: the row's non-zeros by column, then the bias */
@@ -550,6 +660,7 @@ int main(void)
     test_half();
     test_int8();
     test_sparse_fast_path();
+    test_sparse_csr();
     test_csr_matmul();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
