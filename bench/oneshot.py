@@ -55,7 +55,6 @@ SPECS = {
 }
 KINDS = {"fc": ("fc",), "all": ("fc", "conv")}
 LADDER_STEP = 2 ** 0.5  # the compensation ladder: FIRST_BOUND * sqrt(2)**k
-_encode = encode_weight  # part C wraps assess.encode_weight and puts this back
 # (model, spec) whose pruned model part C compresses with and without compensation
 PART_C = (("lenet5", "retrain-fc+oneshot-conv"), ("lenet300", "oneshot-light"))
 
@@ -113,8 +112,8 @@ def part_b(model, layers, cal, val, budget):
 def part_c(model, layers, cal, val, test, original, reference, max_loss):
     """assess -> optimize -> encode with plain and with compensated weights, the same path for both
     (pipeline.compress less its verification loop, which would hide the difference in its retries).
-    The compensated assessment is the hook the pipeline lacks: encode_weight is wrapped here to
-    encode Compensator.weights(layer, bound) instead of the layer's own weights."""
+    The compensated assessment is the Evaluator's: with compensate=cal it encodes
+    Compensator.weights(layer, bound) instead of the layer's own weights."""
     names = [l.name for l in oneshot.selectable(TFLiteModel(model), KINDS[layers])]
     n = len(val[1])
     top1 = runtime.accuracy(model, *val)
@@ -122,14 +121,9 @@ def part_c(model, layers, cal, val, test, original, reference, max_loss):
     comp = oneshot.Compensator(model, cal, names)
     rows = {}
     for kind in ("plain", "compensated"):
-        evaluator, table = Evaluator(model, *val, names), {}
-        for name in names:
-            weight = np.asarray(comp.model.weight(name))
-            if kind == "compensated":
-                assess.encode_weight = lambda w, bound, pattern=None, name=name: _encode(
-                    comp.weights(name, bound) if bound else w, bound, pattern)
-            table[name] = assess.assess_layer(evaluator, name, weight, allowed)
-            assess.encode_weight = _encode
+        evaluator = Evaluator(model, *val, names, compensate=cal if kind == "compensated" else False)
+        table = {name: assess.assess_layer(evaluator, name, np.asarray(comp.model.weight(name)), allowed)
+                 for name in names}
         plan = _plan(table, n, allowed, None, 1.0, Top1())
         bounds = {name: plan.choice[name].bound if plan else 0.0 for name in names}
         stored = model

@@ -22,6 +22,7 @@ import numpy as np
 from pydsz import cache, codec, container, metrics, runtime
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
+from pydsz.sparse import CSR
 
 # The coarse ladder: FIRST_BOUND * 2**k, never beyond the layer's largest magnitude times 2
 # (past that every value is reconstructed as zero and nothing changes any more).
@@ -224,17 +225,26 @@ class Evaluator:
         return np.asarray(self.model.stored(name))
 
     def weights_at(self, bounds: Mapping[str, float]) -> dict:
-        """{layer: its weights as decoded at its bound} for the layers of non-zero bound; each
-        (layer, bound) encoded once (what encode_weight decodes, decoded anew for each call)."""
-        out = {}
+        """{layer: its weights as decoded at its bound} for the layers of non-zero bound, as measure
+        takes them (decoded); each (layer, bound) encoded once (what encode_weight decodes, decoded
+        anew for each call)."""
+        streams = {}
         for name, bound in bounds.items():
             if bound > 0:
                 if (name, bound) not in self._encoded:
                     w = codec.stored_array(self.candidate(name, bound))
                     self._encoded[name, bound] = *_encode(w, bound, None)[:2], w.shape
-                stream, dense, shape = self._encoded[name, bound]
-                out[name] = _as_weight(_decode(stream, dense), shape)
-        return out
+                streams[name] = self._encoded[name, bound]
+        return self.decoded(streams)
+
+    def decoded(self, streams: Mapping[str, tuple]) -> dict:
+        """{layer: (stream, dense codec's, shape)} decoded as measure takes them together: where the
+        numpy tail multiplies a layer by its non-zeros, straight into CSR, never as a dense matrix
+        (VGG-16's fc1 would be 392 MiB, beside the model); otherwise the decoded array."""
+        sparse = self.tail.sparse if self._on_tail(streams) and self._gpu is None else ()
+        return {name: CSR.from_stream(stream) if name in sparse and not dense
+                else _as_weight(_decode(stream, dense), shape)
+                for name, (stream, dense, shape) in streams.items()}
 
     @property
     def samples(self) -> int:
@@ -350,7 +360,8 @@ class Ladder:
         if self.integer:
             self.ladder = [float(steps) for steps in STEP_LADDER]
         else:
-            top = 2 * float(np.max(np.abs(weight))) if weight.size else FIRST_BOUND
+            # the largest magnitude without np.abs's copy of the layer (392 MiB for VGG-16's fc1)
+            top = 2 * max(float(weight.max()), -float(weight.min())) if weight.size else FIRST_BOUND
             self.ladder = [FIRST_BOUND]
             while self.ladder[-1] < top:
                 self.ladder.append(self.ladder[-1] * 2)
@@ -438,8 +449,9 @@ def measure_point(evaluator: Evaluator, name: str, bound: float, part: int = 0, 
         else:
             _, size, _, _ = encode_weight(stored, 0.0, pattern)
         return Point(name, 0.0, size, size, 0, 0.0)
-    decoded, size, data, index = encode_weight(evaluator.candidate(name, bound), bound, pattern)
-    m = evaluator.measure({name: decoded})
+    w = codec.stored_array(evaluator.candidate(name, bound))
+    stream, dense, (size, data, index) = _encode(w, bound, pattern)
+    m = evaluator.measure(evaluator.decoded({name: (stream, dense, w.shape)}))
     return Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
 
 

@@ -222,7 +222,8 @@ class Tail:
                 chunk: Optional[int] = None) -> np.ndarray:
         """The model output for activations h ([N, *input_shape] or [N, values]), float32.
 
-        weights overrides some layers' matrices by name (e.g. a decompressed one); chunk bounds
+        weights overrides some layers' matrices by name (e.g. a decompressed one; a CSR for a layer in
+        `sparse`, as CSR.from_stream decodes it, spares the dense matrix); chunk bounds
         how many samples go through at once (default: as many as keep each activation <= 256 MiB).
         """
         return self._forward(h, weights, chunk, stop=None)
@@ -263,14 +264,17 @@ class Tail:
         for name, w in (weights or {}).items():
             if name not in self.weights:
                 raise InputError(f"no layer {name!r} in the tail (layers: {', '.join(self.layers)})")
-            w = np.asarray(w, np.float32)
-            if w.shape != self.weights[name].shape:
-                raise InputError(f"weights for {name}: shape {w.shape} instead of {self.weights[name].shape}")
+            if isinstance(w, CSR) and name not in self.sparse:
+                raise InputError(f"weights for {name}: a CSR matrix, but the tail multiplies {name} densely")
+            w = w if isinstance(w, CSR) else np.asarray(w, np.float32)
+            if tuple(w.shape) != self.weights[name].shape:
+                raise InputError(f"weights for {name}: shape {tuple(w.shape)} instead of {self.weights[name].shape}")
             matrices[name] = w
         # a candidate's CSR is built once per call, before the chunks
         for name in self.sparse:
             if name in (weights or {}):
-                matrices[name] = CSR.from_dense(matrices[name])
+                if not isinstance(matrices[name], CSR):
+                    matrices[name] = CSR.from_dense(matrices[name])
             else:
                 if name not in self._csr:
                     self._csr[name] = CSR.from_dense(self.weights[name])

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pydsz import _core, runtime, sparse
+from pydsz.assess import Evaluator, encode_weight, measure_point
 from pydsz.errors import FormatError, InputError
 from pydsz.model import TFLiteModel
 from pydsz.prune import magnitude_mask
@@ -142,6 +143,42 @@ def test_a_sparse_candidate_changes_the_output_as_a_replaced_model_does(lenet300
     replaced = Tail.from_model(TFLiteModel(lenet300_pruned.replace({"fc2": w})), "fc1")
     np.testing.assert_array_equal(out, replaced.forward(h))
     assert not np.array_equal(out, tail.forward(h))
+
+
+def test_the_evaluator_decodes_candidates_of_sparse_layers_straight_into_csr(lenet300_pruned):
+    """weights_at and measure_point hand the tail a pruned layer's candidate as the CSR its stream
+    decodes to, never as a dense matrix, and measure the same losses as with the dense candidate."""
+    with np.load(DATA / "fmnist_val.npz") as f:
+        x, y = f["x"][:1000], f["y"][:1000]
+    evaluator = Evaluator(lenet300_pruned.data, x, y, ["fc1", "fc2", "fc3"])
+    bounds = {"fc1": 0.05, "fc2": 0.05, "fc3": 0.05}
+    got = evaluator.weights_at(bounds)
+    assert isinstance(got["fc1"], sparse.CSR) and isinstance(got["fc2"], sparse.CSR)
+    assert isinstance(got["fc3"], np.ndarray)  # the tail multiplies fc3 densely
+    dense = {n: encode_weight(lenet300_pruned.weight(n), b)[0] for n, b in bounds.items()}
+    for n in ("fc1", "fc2"):
+        expected = sparse.CSR.from_dense(dense[n])
+        for field in ("row_ptr", "col_index", "values"):
+            assert np.array_equal(getattr(got[n], field), getattr(expected, field))
+    changed = evaluator.measure(got)
+    assert changed == evaluator.measure(dense) and changed.lost + changed.gained > 0
+    point = measure_point(evaluator, "fc1", 0.05)
+    assert (point.loss, point.lost, point.gained) == (lambda m: (m.loss, m.lost, m.gained))(
+        evaluator.measure({"fc1": dense["fc1"]}))
+    # the interpreter takes arrays: an evaluator without the tail decodes dense
+    slow = Evaluator(lenet300_pruned.data, x, y, ["fc1", "fc2", "fc3"], use_tail=False)
+    assert all(isinstance(w, np.ndarray) for w in slow.weights_at(bounds).values())
+
+
+def test_the_tail_takes_a_csr_only_for_a_layer_it_multiplies_sparse(lenet300_pruned, activations):
+    h, _ = activations
+    tail = Tail.from_model(lenet300_pruned, "fc1")
+    base = tail.forward(h)
+    np.testing.assert_array_equal(tail.forward(h, {"fc2": sparse.CSR.from_dense(tail.weights["fc2"])}), base)
+    with pytest.raises(InputError, match="fc3: a CSR matrix, but the tail multiplies fc3 densely"):
+        tail.forward(h, {"fc3": sparse.CSR.from_dense(tail.weights["fc3"])})
+    with pytest.raises(InputError, match=r"weights for fc2: shape \(100, 200\) instead of \(100, 300\)"):
+        tail.forward(h, {"fc2": sparse.CSR.from_dense(np.zeros((100, 200), np.float32))})
 
 
 def test_only_sparse_layers_with_enough_outputs_pay():
