@@ -127,6 +127,12 @@ def _smallest(flat: np.ndarray, k: int) -> np.ndarray:
     return members[k - 1]
 
 
+# logits' batches: the widest activation of a batch takes at most this many values (16 MiB: the
+# AlexNet-shaped tail's 4096-wide layers run 1,024 samples at a time, two activations of 8,192 were
+# 256 MiB at the peak of `dsz prune`; LeNets keep 8,192)
+BATCH_VALUES = 1 << 22
+
+
 def forward(layers: Sequence[Dense], h: np.ndarray) -> np.ndarray:
     """The tail's output (logits, before any final softmax) for a batch of cached inputs."""
     h = h.reshape(len(h), -1).astype(np.float32, copy=False)
@@ -139,7 +145,8 @@ def forward(layers: Sequence[Dense], h: np.ndarray) -> np.ndarray:
     return h
 
 
-def count_correct(layers: Sequence[Dense], h: np.ndarray, y: np.ndarray, batch: int = 4096, device: str = "cpu") -> int:
+def count_correct(layers: Sequence[Dense], h: np.ndarray, y: np.ndarray, batch: Optional[int] = None,
+                  device: str = "cpu") -> int:
     """How many samples the tail classifies correctly (top-1)."""
     return int(np.sum(np.argmax(logits(layers, h, device, batch), axis=1) == y))
 
@@ -309,12 +316,15 @@ class NumpySteps:
         return out
 
 
-def logits(layers: Sequence[Dense], h: np.ndarray, device: str = "cpu", batch: int = 8192) -> np.ndarray:
-    """forward() over h in batches, in numpy or on the GPU (pydsz.gpu.train.forward)."""
+def logits(layers: Sequence[Dense], h: np.ndarray, device: str = "cpu", batch: Optional[int] = None) -> np.ndarray:
+    """forward() over h in batches (default: as many samples, up to 8,192, as keep the widest layer's
+    output within BATCH_VALUES), in numpy or on the GPU (pydsz.gpu.train.forward)."""
     if device == "gpu":
         from pydsz.gpu.train import forward as gpu_forward
 
         return gpu_forward(layers, h)
+    if batch is None:
+        batch = max(1, min(8192, BATCH_VALUES // max(layer.weight.shape[0] for layer in layers)))
     h = h.reshape(len(h), -1)
     parts = [forward(layers, h[i:i + batch]) for i in range(0, len(h), batch)]
     return np.concatenate(parts) if parts else np.zeros((0, layers[-1].weight.shape[0]), np.float32)
