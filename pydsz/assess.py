@@ -226,8 +226,8 @@ class Evaluator:
 
     def weights_at(self, bounds: Mapping[str, float]) -> dict:
         """{layer: its weights as decoded at its bound} for the layers of non-zero bound, as measure
-        takes them (decoded); each (layer, bound) encoded once (what encode_weight decodes, decoded
-        anew for each call)."""
+        takes them (`decoded`: CSR where the tail multiplies the layer by its non-zeros); each
+        (layer, bound) encoded once, and decoded anew for each call to what encode_weight decodes."""
         streams = {}
         for name, bound in bounds.items():
             if bound > 0:
