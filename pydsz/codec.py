@@ -414,7 +414,9 @@ def decode_sparse_csr(buf: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The CSR form of an encode_sparse stream's matrix, decoded with no dense matrix in between:
     (row_ptr int64 [rows + 1], col_index int32 [nnz], values float32 [nnz]), the non-zeros row by
     row, columns increasing; exactly what CSR.from_dense(decode_sparse(buf)) holds, values of a
-    float16, int8 or uint8 stream widened to float32."""
+    float16, int8 or uint8 stream widened to float32. The row pointers take 8 bytes a row however few
+    the non-zeros: from an untrusted source, check sparse_info's rows first (288 valid bytes can
+    declare 654M rows: 5 GB of pointers)."""
     info, data, index = _sparse_sections(buf)
     rows, cols = info["shape"]
     nnz = info["nnz"]

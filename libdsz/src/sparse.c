@@ -495,7 +495,7 @@ static size_t decode_csr(sparse_reader* s, int64_t* rowPtr, int32_t* colIndex, f
     uint64_t const rows = s->f->shape[0], cols = s->f->shape[1];
     uint64_t row = 0, rowStart = 0; /* the row being filled and its first position */
     size_t pos[BATCH];
-    size_t j;
+    size_t j, r;
     rowPtr[0] = 0;
     while (s->k < s->f->nnz) {
         size_t const m = s->f->nnz - s->k < BATCH ? (size_t)(s->f->nnz - s->k) : BATCH;
@@ -510,8 +510,12 @@ static size_t decode_csr(sparse_reader* s, int64_t* rowPtr, int32_t* colIndex, f
             colIndex[k0 + j] = (int32_t)(pos[j] - rowStart);
         }
     }
+    /* the rows after the last non-zero once the sections are whole: a corrupt stream that declares
+     * many rows fails before their pointers are written */
+    r = sparse_close(s);
+    if (dsz_isError(r)) return r;
     while (row < rows) rowPtr[++row] = (int64_t)s->f->nnz;
-    return sparse_close(s);
+    return r;
 }
 
 size_t dsz_decodeSparseCSR(int64_t* rowPtr, int32_t* colIndex, float* values, size_t nnzCapacity,
