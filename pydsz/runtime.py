@@ -197,7 +197,8 @@ def _run_batches(interpreter, x, batch_size: int, read) -> list:
 
 def _batch(model, budget: int) -> int:
     """As many samples (up to DEFAULT_BATCH) as keep a batch's non-constant tensors within `budget`
-    bytes; a sample's values do not depend on the batch it runs in."""
+    bytes. A sample's values do not depend on the batch it runs in beyond float rounding (some
+    runtimes' kernels round differently by batch): a comparison runs both sides with the same rule."""
     from .model import TFLiteModel
 
     parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))

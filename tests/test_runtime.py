@@ -218,7 +218,8 @@ def test_capture_batches_hold_the_preserved_tensors_within_their_bytes(lenet5, t
 
 def test_outputs_batches_hold_the_tensors_within_their_bytes(lenet5, test_set, monkeypatch):
     """outputs() sizes its default batch by BATCH_BYTES (LeNet-5: about 85 KB a sample, 200 KB allow 2),
-    to the same outputs bit for bit as a batch of 256."""
+    to the same outputs as a batch of 256 up to float rounding (tflite-runtime 2.14's kernels round a
+    sample differently in another batch; LiteRT's do not)."""
     x, _ = test_set
     keys = [d["key"] for d in TFLiteModel(lenet5).output_details()]
     whole = runtime.outputs(lenet5, x[:50], keys, batch_size=256)
@@ -230,7 +231,9 @@ def test_outputs_batches_hold_the_tensors_within_their_bytes(lenet5, test_set, m
     monkeypatch.setattr(runtime, "BATCH_BYTES", 200_000)
     small = runtime.outputs(lenet5, x[:50], keys)
     assert batches == [2]
-    assert all(np.array_equal(small[k].view(np.uint32), whole[k].view(np.uint32)) for k in keys)
+    for k in keys:
+        np.testing.assert_allclose(small[k], whole[k], rtol=1e-5, atol=1e-6)
+        assert np.array_equal(small[k].argmax(axis=-1), whole[k].argmax(axis=-1))
 
 
 def test_capture_of_the_output_is_the_prediction(lenet300, test_set):
