@@ -1,6 +1,6 @@
 """pydsz head to head with the anchors (DeepSZ, Deep Compression, TFLite quantization, zstd) on the
 bundled reference models: `dsz bench` on LeNet-300-100 and LeNet-5, pruned as bench/reference.py
-prunes them (pydsz.pipeline.REFERENCE: the first 55,000 Fashion-MNIST training images from
+prunes them (pydsz.demo.REFERENCE: the first 55,000 Fashion-MNIST training images from
 Debian's dataset-fashion-mnist), budgets decided on the validation split, accuracy judged on the
 test split. Prints each model's table and writes bench/results/anchors_<model>.json and .png.
 
@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
 from pydsz import bench  # noqa: E402
 from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
-from pydsz.pipeline import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
 
 
 def main() -> int:

@@ -30,10 +30,10 @@ import numpy as np  # noqa: E402
 from machine import machine_info  # noqa: E402
 from pydsz import executor, metrics  # noqa: E402
 from pydsz.assess import Evaluator, Point, assess, compressible_layers  # noqa: E402
+from pydsz.budget import Budget  # noqa: E402
 from pydsz.data import bundled, fashion_mnist, load_data, load_npz, split_validation  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.pipeline import allowed_loss  # noqa: E402
-from pydsz.prune import magnitude_mask  # noqa: E402
+from pydsz.masks import magnitude_mask  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 PROJECTED = (2, 8, 32, 128)
@@ -152,7 +152,7 @@ def main() -> int:
     layers = args.layers or ("fc" if args.model is None else "all")
     names = [layer.name for layer in compressible_layers(parsed, layers)]
     evaluator = Evaluator(model, x, y, names, metric=metric)
-    budget = allowed_loss(metric, max_loss, evaluator.samples)
+    budget = Budget(metric, max_loss).allowed(evaluator.samples)
 
     start = time.perf_counter()
     local = Timed(executor.Local())

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 from pydsz import container, pipeline, runtime  # noqa: E402
 from pydsz.data import bundled, load_npz  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.prune import magnitude_mask  # noqa: E402
+from pydsz.masks import magnitude_mask  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -9,7 +9,7 @@ tail) on the first 55,000 Fashion-MNIST training images, from the bundled model,
 loss against the unpruned model on the validation split (the last 5,000 training images: what
 decisions may use) and on the 10,000 test images (what is reported), with the number of flipped
 predictions: a paired difference's noise is about sqrt(flips) samples, i.e. ~0.2 points on test and
-~0.3 on validation at these flip counts. pipeline.REFERENCE's own schedule is the baseline, measured in
+~0.3 on validation at these flip counts. demo.REFERENCE's own schedule is the baseline, measured in
 the same run; every schedule runs for every seed, so differences can be set against the seed spread.
 
 Schedules (a change from the REFERENCE entry each):
@@ -40,7 +40,7 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-from pydsz.pipeline import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 # name -> change to the REFERENCE entry's retrain arguments
@@ -64,7 +64,7 @@ def _data(ref_name: str) -> dict:
     from pydsz import runtime
     from pydsz.data import bundled, fashion_mnist, load_npz
     from pydsz.model import TFLiteModel
-    from pydsz.prune import tail_layers
+    from pydsz.train import tail_layers
     from pydsz.tail import Tail
 
     data = bundled(REFERENCE[ref_name]["file"]).read_bytes()
@@ -84,7 +84,8 @@ def _data(ref_name: str) -> dict:
 def one_run(args: tuple) -> dict:
     from dataclasses import replace
 
-    from pydsz.prune import _masks, _softmax, density, logits, retrain
+    from pydsz.masks import density, masks_for
+    from pydsz.train import _softmax, logits, retrain
 
     setting, schedule, seed = args
     ref = REFERENCE[setting]
@@ -100,7 +101,7 @@ def one_run(args: tuple) -> dict:
     layers = d["layers"]
     for k in range(1, stages + 1):
         share = 1 - (1 - k / stages) ** 3  # stage k ends on the k-th point of the cubic curve
-        layers = retrain(layers, _masks(layers, {}), *d["train"], epochs=epochs, seed=seed + k - 1,
+        layers = retrain(layers, masks_for(layers, {}), *d["train"], epochs=epochs, seed=seed + k - 1,
                          targets={name: s * share for name, s in sparsity.items()}, teacher=teacher, **kwargs)
     seconds = time.perf_counter() - start
     row = {"setting": setting, "schedule": schedule, "seed": seed, "sparsity": sparsity, "seconds": seconds,

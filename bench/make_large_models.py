@@ -95,7 +95,7 @@ def trunk(spec: Spec) -> dict:
 
 def initial_tail(spec: Spec) -> list:
     """He-initialised FC layers (pydsz.prune.Dense), seeded."""
-    from pydsz.prune import Dense
+    from pydsz.train import Dense
 
     rng = np.random.default_rng(SEED + 1)
     layers, fan_in = [], spec.features
@@ -262,7 +262,7 @@ def build(spec: Spec, progress: bool = True) -> Path:
     from pydsz import runtime
     from pydsz.data import fashion_mnist, split_validation
     from pydsz.model import TFLiteModel
-    from pydsz.prune import retrain
+    from pydsz.train import retrain
     from pydsz.tail import Tail
 
     CACHE.mkdir(parents=True, exist_ok=True)

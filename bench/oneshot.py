@@ -8,9 +8,9 @@ A. Each model is pruned one-shot (pydsz.oneshot, SparseGPT) at the per-layer spa
    pydsz.pipeline.compress (top-1) within --max-loss of the unpruned model's validation top-1, so
    pruning and compression share one budget. The same run compresses the unpruned model as the
    baseline. Where labels exist both methods combine: LeNet-5's FC tail retrained with masks
-   (pipeline.REFERENCE's settings) and its conv layers pruned one-shot, every layer compressed.
+   (demo.REFERENCE's settings) and its conv layers pruned one-shot, every layer compressed.
    Today's FC-only path is quoted from bench/results/reference.json.
-B. Compensation (pydsz.oneshot.Compensator), layer by layer on the one-shot pruned models: the
+B. Compensation (pydsz.compensate.Compensator), layer by layer on the one-shot pruned models: the
    largest bound of a fine ladder at which the layer alone stays within the budget on the
    validation split, with plain and with compensated weights, and the layer's bytes there.
 C. Compensation end to end on the models of PART_C: the assessment, the optimizer and the encoder
@@ -37,13 +37,18 @@ from pydsz.assess import FIRST_BOUND, Evaluator, encode_weight  # noqa: E402
 from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
 from pydsz.metrics import Top1  # noqa: E402
-from pydsz.pipeline import REFERENCE, TRAIN_SIZE, _plan, allowed_loss, compress  # noqa: E402
-from pydsz.prune import density, prune_model  # noqa: E402
+from pydsz.budget import Budget  # noqa: E402
+from pydsz.compensate import Compensator  # noqa: E402
+from pydsz.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.gptq import selectable  # noqa: E402
+from pydsz.pipeline import _plan, compress  # noqa: E402
+from pydsz.masks import density  # noqa: E402
+from pydsz.prune import prune_model  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 CALIBRATION = 5000
 # model -> (layers compressed, {spec: how it is pruned}): "oneshot" a per-layer sparsity for
-# pydsz.oneshot, "retrain" the pipeline.REFERENCE entry whose masked retraining of the FC tail runs
+# pydsz.oneshot, "retrain" the demo.REFERENCE entry whose masked retraining of the FC tail runs
 # first (55,000 training images with labels); neither: the unpruned model
 SPECS = {
     "lenet5": ("all", {"dense": {},
@@ -91,9 +96,9 @@ def part_a(name, layers, spec, cal, val, test, max_loss):
 
 def part_b(model, layers, cal, val, budget):
     """Per layer: (largest bound within budget, bytes there) plain and compensated."""
-    names = [l.name for l in oneshot.selectable(TFLiteModel(model), KINDS[layers])]
+    names = [l.name for l in selectable(TFLiteModel(model), KINDS[layers])]
     evaluator = Evaluator(model, *val, names)
-    comp = oneshot.Compensator(model, cal, names)
+    comp = Compensator(model, cal, names)
     rows = {}
     for name in names:
         weight = np.asarray(comp.model.weight(name))
@@ -112,16 +117,16 @@ def part_b(model, layers, cal, val, budget):
 def part_c(model, layers, cal, val, test, original, reference, max_loss):
     """assess -> optimize -> encode with plain and with compensated weights, the same path for both
     (pipeline.compress less its verification loop, which would hide the difference in its retries).
-    The compensated assessment is the Evaluator's: with compensate=cal it encodes
+    The compensated assessment is the Evaluator's: handed the Compensator it encodes
     Compensator.weights(layer, bound) instead of the layer's own weights."""
-    names = [l.name for l in oneshot.selectable(TFLiteModel(model), KINDS[layers])]
+    names = [l.name for l in selectable(TFLiteModel(model), KINDS[layers])]
     n = len(val[1])
     top1 = runtime.accuracy(model, *val)
-    allowed = allowed_loss(Top1(), max_loss, n, reference - top1)
-    comp = oneshot.Compensator(model, cal, names)
+    allowed = Budget(Top1(), max_loss, spent=reference - top1).allowed(n)
+    comp = Compensator(model, cal, names)
     rows = {}
     for kind in ("plain", "compensated"):
-        evaluator = Evaluator(model, *val, names, compensate=cal if kind == "compensated" else False)
+        evaluator = Evaluator(model, *val, names, compensator=comp if kind == "compensated" else None)
         table = {name: assess.assess_layer(evaluator, name, np.asarray(comp.model.weight(name)), allowed)
                  for name in names}
         plan = _plan(table, n, allowed, None, 1.0, Top1())

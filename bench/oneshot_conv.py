@@ -117,7 +117,7 @@ def compress(model: Path, calib: Path, normalize: str, max_loss: float, extra: l
 def bench_model(name: str, sparsities: list, max_loss: float, rerun_unpruned: bool, reuse: bool, work: Path,
                 log: Path) -> dict:
     from pydsz.model import TFLiteModel
-    from pydsz.oneshot import selectable
+    from pydsz.gptq import selectable
 
     spec = nd.BY_NAME[name]
     paths = nd.build(name)

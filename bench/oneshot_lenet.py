@@ -6,7 +6,7 @@ Data: calibration = the first 5,000 Fashion-MNIST training images (no labels use
 retraining = the first 55,000 with labels; decisions = the bundled validation split (the last 5,000
 training images); judged on the 10,000 test images. Every loss is counted from the UNPRUNED model.
 
-1. The FC layers, pruned at pipeline.REFERENCE's sparsities four ways:
+1. The FC layers, pruned at demo.REFERENCE's sparsities four ways:
      retrain           today's path: magnitude masks, masked retraining with distillation (prune_model)
      oneshot           SparseGPT (pydsz.oneshot), no training
      oneshot+retrain   SparseGPT's masks and compensated weights, then the same masked retraining
@@ -36,8 +36,10 @@ sys.path.insert(0, ROOT)
 from pydsz import bench, container, oneshot, runtime  # noqa: E402
 from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.pipeline import REFERENCE, TRAIN_SIZE, compress  # noqa: E402
-from pydsz.prune import density, prune_model, retrain_masked  # noqa: E402
+from pydsz.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.pipeline import compress  # noqa: E402
+from pydsz.masks import density  # noqa: E402
+from pydsz.prune import prune_model, retrain_masked  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 CALIBRATION = 5000

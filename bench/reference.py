@@ -21,7 +21,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
-from pydsz.pipeline import REFERENCE, reference_run, reference_table  # noqa: E402
+from pydsz.demo import REFERENCE, run, table  # noqa: E402
 from pydsz.report import layer_table  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
@@ -42,14 +42,14 @@ def main() -> int:
     rows = []
     for name in args.models.split(","):
         start = time.perf_counter()
-        row = reference_run(name, max_loss=args.max_loss, progress=not args.quiet)
+        row = run(name, max_loss=args.max_loss, progress=not args.quiet)
         row["summary"]["seconds"]["total"] = time.perf_counter() - start
         print(f"\n{row['summary']['model']}: sparsity "
               + ", ".join(f"{k}={v:.3f}" for k, v in row["summary"]["sparsity"].items()))
         print(layer_table(row["result"]))
         rows.append((name, row))
 
-    print("\n" + reference_table([r for _, r in rows]))
+    print("\n" + table([r for _, r in rows]))
     checks = []
     for name, row in rows:
         s = row["summary"]

@@ -71,10 +71,6 @@ class Measure:
     lost: int
     gained: int
 
-    def risk(self, margin: float) -> float:
-        """The loss plus `margin` standard deviations of its noise."""
-        return self.loss + margin * self.noise
-
 
 def _matrix(w: np.ndarray) -> np.ndarray:
     """A weight tensor as the sparse codec stores it: [first axis, the rest]."""
@@ -141,12 +137,12 @@ class EvaluatorState:
     num_threads: Optional[int]
     use_tail: bool
     device: str
-    compensate: object  # as Evaluator takes it: False, True or the calibration inputs
+    compensator: object  # as Evaluator takes it: None or a pydsz.compensate.Compensator
     token: str = field(default_factory=lambda: uuid.uuid4().hex)  # names this state on the workers
 
     def build(self) -> "Evaluator":
         return Evaluator(self.tflite, self.x, self.y, self.layer_names, self.metric, self.num_threads,
-                         self.use_tail, self.device, self.compensate)
+                         self.use_tail, self.device, self.compensator)
 
 
 class Evaluator:
@@ -162,16 +158,14 @@ class Evaluator:
     only ops the GPU path runs; otherwise the tail stays in numpy and `cpu_reason` says why.
     `device` is what runs the tail.
 
-    compensate: the float32 layers' candidates at a bound are GPTQ-compensated (pydsz.oneshot)
-    instead of the weights as they are: `candidate` says what a layer is encoded from, and both
-    assessment and verification measure that. True takes each layer's Hessian on x; calibration
-    inputs (arrays as x takes them) take it there instead, so that the compensation does not fit
-    the very samples the decisions are measured on.
+    compensator (pydsz.compensate): the candidates of the layers it holds are its compensated
+    weights at each bound instead of the weights as they are: `candidate` says what a layer is
+    encoded from, and both assessment and verification measure that.
     """
 
     def __init__(self, tflite_bytes: bytes, x, y, layer_names: Sequence[str],
                  metric: Union[str, metrics.Metric, Callable] = "top1", num_threads: Optional[int] = None,
-                 use_tail: bool = True, device: str = "cpu", compensate=False):
+                 use_tail: bool = True, device: str = "cpu", compensator=None):
         from pydsz.tail import Tail
 
         self.model = TFLiteModel(tflite_bytes)
@@ -197,15 +191,7 @@ class Evaluator:
         self._encoded: dict[tuple, tuple] = {}
         self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
         self.patterns: dict[str, tuple] = {}  # layer -> (its stored weights, their codec.sparse_index)
-        self.compensator, self._compensate = None, compensate
-        if compensate is not False:
-            from pydsz.oneshot import Compensator, selectable
-
-            chosen = [layer.name for layer in selectable(self.model, ("fc", "conv")) if layer.name in self.layer_names]
-            calibration = self.x if compensate is True else runtime.fit_inputs(
-                self.model.input_details(), compensate, source="calibration")
-            self.compensator = Compensator(self.bytes, calibration[0] if len(calibration) == 1 else calibration,
-                                           chosen, num_threads=num_threads)
+        self.compensator = compensator
         self.device, self.cpu_reason, self._gpu = "cpu", None, None
         if device == "gpu":
             self._use_gpu()
@@ -215,7 +201,7 @@ class Evaluator:
     def state(self) -> EvaluatorState:
         """This Evaluator's making, for another process to build the same one."""
         return EvaluatorState(self.bytes, self.x, self.y, self.layer_names, self.metric, self.num_threads,
-                              self.use_tail, self.device, self._compensate)
+                              self.use_tail, self.device, self.compensator)
 
     def candidate(self, name: str, bound: float) -> np.ndarray:
         """What layer `name` is encoded from at `bound`: its stored weights, or, with compensation, its

@@ -34,7 +34,9 @@ from pydsz.assess import Evaluator, compressible_layers
 from pydsz.baselines import deep_compression, deepsz, lossless, quantized, sz3
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
-from pydsz.pipeline import allowed_loss, compress
+from pydsz.budget import Budget
+from pydsz.context import Run
+from pydsz.pipeline import compress
 from pydsz.tables import format_table
 
 OURS, DEEPSZ, DC, INT, FLOAT16, LOSSLESS = ("pydsz", "DeepSZ", "Deep Compression", "int per-channel",
@@ -73,8 +75,8 @@ class _Judge:
 class _Bench:
     """The pruned model, its FC weights and the evaluation every method shares."""
 
-    def __init__(self, pruned: bytes, val, test, judges, num_threads: Optional[int], device: str):
-        self.pruned, self.val, self.test, self.num_threads, self.device = pruned, val, test, num_threads, device
+    def __init__(self, pruned: bytes, val, test, judges, run: Run):
+        self.pruned, self.val, self.test, self.run = pruned, val, test, run
         self.judges = judges
         self.model = TFLiteModel(pruned)
         self.names = [layer.name for layer in compressible_layers(self.model, "fc")]
@@ -135,7 +137,7 @@ def _ours(bench: _Bench, budgets, spent: float, bar) -> list[dict]:
     for budget in budgets:
         start = time.perf_counter()
         result = compress(bench.pruned, *bench.val, budget, metric=bench.metric, spent=spent,
-                          num_threads=bench.num_threads, device=bench.device)
+                          num_threads=bench.run.num_threads, device=bench.run.device)
         encode_s = time.perf_counter() - start
         layers = result.layers
         # a layer kept lossless lives in the .dsz's zstd rest; it counts with its zstd size
@@ -148,8 +150,8 @@ def _ours(bench: _Bench, budgets, spent: float, bar) -> list[dict]:
 
 
 def _deepsz(bench: _Bench, budgets, spent: float, bar) -> list[dict]:
-    evaluator = Evaluator(bench.pruned, *bench.val, bench.names, metric=bench.metric, num_threads=bench.num_threads,
-                          device=bench.device)
+    evaluator = Evaluator(bench.pruned, *bench.val, bench.names, metric=bench.metric,
+                          num_threads=bench.run.num_threads, device=bench.run.device)
     n = evaluator.samples
     start = time.perf_counter()
     table, streams = deepsz.assess(evaluator, bench.weights)
@@ -157,7 +159,8 @@ def _deepsz(bench: _Bench, budgets, spent: float, bar) -> list[dict]:
     out = []
     for budget in budgets:
         start = time.perf_counter()
-        bounds = deepsz.choose(table, allowed_loss(bench.metric, budget, n, spent), n, bench.metric.discrete)
+        allowed = Budget(bench.metric, budget, spent=spent).allowed(n)
+        bounds = deepsz.choose(table, allowed, n, bench.metric.discrete)
         chosen = {name: streams[name, bound] for name, bound in bounds.items()}
         sections = {name: next([p.data_bytes, p.index_bytes] for p in table[name] if p.bound == bound)
                     for name, bound in bounds.items()}
@@ -223,7 +226,7 @@ def run(
         pruned = prune_model(original, train, val, sparsity, epochs=epochs, distill=distill, progress=progress,
                              num_threads=num_threads, device=device).tflite
         prune_s = time.perf_counter() - start
-    bench = _Bench(pruned, val, test, judges, num_threads, device)
+    bench = _Bench(pruned, val, test, judges, Run(num_threads, device))
     info["pruned"] = {
         **bench.measure(pruned), "prune_s": prune_s, "file_bytes": len(pruned),
         "zstd19_file_bytes": len(lossless.zstd19(pruned)),

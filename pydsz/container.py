@@ -44,9 +44,11 @@ _ZSTD_MAX_RATIO = 32768
 _INFLATE_CHUNK = 1 << 18  # bytes inflated at a time: small enough to stay in the CPU's cache
 
 # a bound is an absolute value (float layers) or a number of quantization steps, written "2q"
-# (int8/uint8 layers); one bound for every layer, or a mapping from layer name to bound
+# (int8/uint8 layers); one bound for every layer, or a mapping from layer name to bound, where the
+# key OTHERS gives the layers not named one bound as one bound for all does
 Bound = Union[float, str]
 Bounds = Union[Bound, Mapping[str, Bound]]
+OTHERS = "*"
 
 
 @dataclass(frozen=True)
@@ -110,31 +112,38 @@ def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
 
     A bound of 0 keeps a layer lossless (an integer layer is then entropy-coded losslessly where that
     beats the zstd of the rest). One bound for all applies to the layers of its kind (a number to
-    float layers, steps to integer ones); the others, like layers absent from a mapping, get 0.
+    float layers, steps to integer ones), and so does a mapping's OTHERS to the layers it does not
+    name; the others, like layers absent from a mapping without OTHERS, get 0.
     """
     compressible = [layer for layer in layers if layer.compressible]
     names = [layer.name for layer in compressible]
-    if isinstance(error_bounds, Mapping):
-        reasons = {layer.name: layer.skip_reason for layer in layers if not layer.compressible}
-        for name in error_bounds:
-            if name in reasons:
-                raise InputError(f"layer {name} cannot be compressed: {reasons[name]}")
-        unknown = sorted(set(error_bounds) - set(names))
-        if unknown:
-            raise InputError(
-                f"no compressible layer named {', '.join(unknown)}; the model has {', '.join(names) or 'none'}"
-            )
-        given = {name: parse_bound(value, f"layer {name}") for name, value in error_bounds.items()}
-        bounds = {}
-        for layer in compressible:
-            value, steps = given.get(layer.name, (0.0, _integer(layer)))
-            if value and steps != _integer(layer):
-                raise InputError(f"layer {layer.name} stores {layer.stored_dtype.lower()} weights: give its bound "
-                                 + ("in quantization steps (2q)" if _integer(layer) else "as a number (0.005)"))
-            bounds[layer.name] = value
-        return bounds
-    value, steps = parse_bound(error_bounds, "all layers")
-    return {layer.name: value if steps == _integer(layer) else 0.0 for layer in compressible}
+    if not isinstance(error_bounds, Mapping):
+        error_bounds = {OTHERS: error_bounds}
+    reasons = {layer.name: layer.skip_reason for layer in layers if not layer.compressible}
+    for name in error_bounds:
+        if name in reasons:
+            raise InputError(f"layer {name} cannot be compressed: {reasons[name]}")
+    unknown = sorted(set(error_bounds) - set(names) - {OTHERS})
+    if unknown:
+        raise InputError(
+            f"no compressible layer named {', '.join(unknown)}; the model has {', '.join(names) or 'none'}"
+        )
+    given = {name: parse_bound(value, "all layers" if name == OTHERS and len(error_bounds) == 1 else
+                               "the other layers" if name == OTHERS else f"layer {name}")
+             for name, value in error_bounds.items()}
+    others_value, others_steps = given.pop(OTHERS, (0.0, None))
+    bounds = {}
+    for layer in compressible:
+        if layer.name not in given:
+            # like one bound for all: it applies to the layers of its kind, the others stay lossless
+            bounds[layer.name] = others_value if others_steps == _integer(layer) else 0.0
+            continue
+        value, steps = given[layer.name]
+        if value and steps != _integer(layer):
+            raise InputError(f"layer {layer.name} stores {layer.stored_dtype.lower()} weights: give its bound "
+                             + ("in quantization steps (2q)" if _integer(layer) else "as a number (0.005)"))
+        bounds[layer.name] = value
+    return bounds
 
 
 def stored_bounds(model, bounds: Mapping[str, float]) -> dict[str, Bound]:

@@ -1,263 +1,26 @@
-"""One-shot pruning and error-compensated quantization from calibration inputs alone.
+"""One-shot pruning from calibration inputs alone: SparseGPT (pydsz.gptq) on every selected layer.
 
-SparseGPT and GPTQ (Frantar & Alistarh): per layer, H = 2XX^T of the layer's inputs on a
-calibration set (conv layers through im2col), damped by 1% of its mean diagonal; the columns of the
-weight matrix are processed in order, and each column's error (pruned to zero, or rounded to the
-codec's grid) is pushed onto the columns not yet processed through the Cholesky factor of H^-1.
-No gradients and no labels: anything the interpreter runs can be pruned this way.
-
-A layer as a matrix: FC [out, in]; conv OHWI flattened to [O, KH*KW*I] (patches in (kh, kw, c)
-order); depthwise [1, KH, KW, C*M] as [C*M, KH*KW], where the M outputs of input channel c share
-that channel's own small H. `hessian` returns one H per such group ([G, cols, cols]).
+No gradients and no labels: anything the interpreter runs can be pruned this way. Each layer is
+pruned on the inputs the layers already pruned produce, in execution order.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from pydsz import runtime
+from pydsz import metrics, runtime
+from pydsz.budget import Budget
+from pydsz.context import Run
 from pydsz.errors import InputError
-from pydsz.model import Layer, TFLiteModel
-from pydsz.prune import (ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, PruneResult, by_size, density, judge, noise_error,
-                         sparsity_targets)
+from pydsz.gptq import DAMP, MAX_HESSIAN_BYTES, check_memory, hessian, inverse_factor, selectable, solve
+from pydsz.masks import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, by_size, density, sparsity_targets
+from pydsz.model import TFLiteModel
+from pydsz.prune import PruneResult
 
-__all__ = ["im2col", "layer_matrix", "weight_from_matrix", "hessian", "sweep", "grid", "compensate",
-           "prune_layers", "prune_model", "OneShotResult", "Compensator", "rank_warnings"]
-
-DAMP = 0.01  # share of H's mean diagonal added to it: keeps the inverse stable (SparseGPT's default)
-BLOCK = 128  # columns per lazy block: updates within a block are rank-1, across blocks one matmul
-CHUNK = 512  # calibration samples captured per interpreter run
-PATCH_VALUES = 1 << 22  # im2col values built at once (float64: 32 MiB)
-MAX_HESSIAN_BYTES = 2 << 30  # H, its inverse and the Cholesky factor of one layer, float64
-_PADDING = {0: "SAME", 1: "VALID"}  # tflite schema's Padding enum
-# the codec's largest quantization index: |x / step| beyond it is stored verbatim (libdsz radius 32768)
-_QMAX = 32767.0
-
-
-# ---- layers as matrices ----
-
-def _is_depthwise(layer: Layer) -> bool:
-    return layer.op == "DEPTHWISE_CONV_2D"
-
-
-def layer_matrix(layer: Layer, weight: np.ndarray) -> np.ndarray:
-    """The layer's weights as the [rows, cols] matrix the sweep works on (a copy, float64)."""
-    w = np.asarray(weight, np.float64)
-    if _is_depthwise(layer):
-        return np.ascontiguousarray(w.reshape(-1, w.shape[-1]).T)
-    return w.reshape(w.shape[0], -1).copy()
-
-
-def weight_from_matrix(layer: Layer, matrix: np.ndarray) -> np.ndarray:
-    """Inverse of layer_matrix: float32, shaped as the tensor."""
-    m = np.asarray(matrix, np.float32)
-    return np.ascontiguousarray(m.T if _is_depthwise(layer) else m).reshape(layer.shape)
-
-
-def _geometry(model: TFLiteModel, layer: Layer) -> tuple:
-    """(kh, kw, stride_h, stride_w, dilation_h, dilation_w, padding name) of a conv layer."""
-    options = model.ops[layer.op_index].options
-    _, kh, kw, _ = layer.shape
-    padding = _PADDING.get(options.get("padding"))
-    if padding is None:
-        raise InputError(f"layer {layer.name}: unknown padding {options.get('padding')!r}")
-    return (kh, kw, options.get("stride_h", 1), options.get("stride_w", 1),
-            options.get("dilation_h", 1), options.get("dilation_w", 1), padding)
-
-
-def _out_size(size: int, k: int, stride: int, dilation: int, padding: str) -> tuple[int, int]:
-    """(output size, padding before) along one axis, as TFLite computes them."""
-    span = (k - 1) * dilation + 1
-    if padding == "VALID":
-        return (size - span) // stride + 1, 0
-    out = -(-size // stride)
-    return out, max((out - 1) * stride + span - size, 0) // 2
-
-
-def im2col(x: np.ndarray, kh: int, kw: int, stride_h: int = 1, stride_w: int = 1, dilation_h: int = 1,
-           dilation_w: int = 1, padding: str = "VALID") -> np.ndarray:
-    """Patches of NHWC inputs as [N*OH*OW, KH*KW, C] (a conv's weight OHWI flattens the same way)."""
-    n, h, w, c = x.shape
-    oh, top = _out_size(h, kh, stride_h, dilation_h, padding)
-    ow, left = _out_size(w, kw, stride_w, dilation_w, padding)
-    bottom = max((oh - 1) * stride_h + (kh - 1) * dilation_h + 1 - h - top, 0)
-    right = max((ow - 1) * stride_w + (kw - 1) * dilation_w + 1 - w - left, 0)
-    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
-    cols = [xp[:, i * dilation_h:i * dilation_h + (oh - 1) * stride_h + 1:stride_h,
-               j * dilation_w:j * dilation_w + (ow - 1) * stride_w + 1:stride_w, :]
-            for i in range(kh) for j in range(kw)]
-    return np.stack(cols, axis=3).reshape(n * oh * ow, kh * kw, c)
-
-
-def _patches(model: TFLiteModel, layer: Layer, inputs: np.ndarray):
-    """The rows each output of the layer is a dot product with, in pieces of at most PATCH_VALUES:
-    [rows, cols] for FC and conv, [channels, rows, KH*KW] for depthwise."""
-    if layer.kind == "fc":
-        flat = inputs.reshape(-1, layer.shape[1])
-        step = max(1, PATCH_VALUES // flat.shape[1])
-        for i in range(0, len(flat), step):
-            yield flat[i:i + step]
-        return
-    geometry = _geometry(model, layer)
-    per_sample = int(np.prod(im2col(inputs[:1], *geometry).shape))
-    step = max(1, PATCH_VALUES // per_sample)
-    for i in range(0, len(inputs), step):
-        p = im2col(inputs[i:i + step], *geometry)
-        yield p.transpose(2, 0, 1) if _is_depthwise(layer) else p.reshape(len(p), -1)
-
-
-# ---- the Hessian ----
-
-def hessian_bytes(layer: Layer) -> int:
-    """Float64 bytes one layer's sweep holds at once: H, its inverse and the Cholesky factor."""
-    cols = layer.shape[1] * layer.shape[2] if _is_depthwise(layer) else int(np.prod(layer.shape[1:]))
-    groups = layer.shape[-1] if _is_depthwise(layer) else 1
-    return 3 * 8 * groups * cols * cols
-
-
-def check_memory(layers: Sequence[Layer], limit: int = MAX_HESSIAN_BYTES) -> None:
-    """InputError when the largest layer's H would not fit in `limit` bytes, naming it and its need."""
-    if not layers:
-        return
-    largest = max(layers, key=hessian_bytes)
-    need = hessian_bytes(largest)
-    if need > limit:
-        raise InputError(f"layer {largest.name} ({largest.shape}) needs {need / 2**30:.2f} GiB for its Hessian "
-                         f"(float64, inputs x inputs, three copies), more than the {limit / 2**30:.2f} GiB allowed: "
-                         "leave it out (--layers) or raise the limit")
-
-
-def hessian_note(tflite_bytes: bytes, names: Sequence[str]) -> str:
-    """Which of the named layers needs the most memory for its Hessian, and how much."""
-    model = TFLiteModel(tflite_bytes)
-    largest = max((model.layer(name) for name in names), key=hessian_bytes)
-    return f"the largest, {largest.name}, needs {hessian_bytes(largest) / 2**20:.1f} MiB"
-
-
-def hessian(model: TFLiteModel, layer: Layer, x: np.ndarray, num_threads: Optional[int] = None) -> np.ndarray:
-    """2/n * sum of the outer products of the layer's input rows over the calibration set x (one
-    array, or a list of one per model input), float64, accumulated chunk by chunk:
-    [groups, cols, cols] (one group but for depthwise)."""
-    several = isinstance(x, (list, tuple))
-    h, rows = None, 0
-    for start in range(0, len(x[0]) if several else len(x), CHUNK):
-        part = [a[start:start + CHUNK] for a in x] if several else x[start:start + CHUNK]
-        inputs = runtime.capture(model.data, part, layer.input, num_threads=num_threads)
-        for p in _patches(model, layer, inputs.astype(np.float64)):
-            if p.ndim == 2:
-                p = p[None]
-            part = np.matmul(p.transpose(0, 2, 1), p)
-            h = part if h is None else h + part
-            rows += p.shape[1]
-    return h * (2.0 / rows)
-
-
-def _inverse_factor(h: np.ndarray, damp: float) -> np.ndarray:
-    """Upper Cholesky factor of (H + damp * mean(diag H) * I)^-1; inputs never seen (zero diagonal)
-    get a unit diagonal so that H stays invertible and their columns pass nothing on."""
-    h = h.copy()
-    diag = np.diagonal(h).copy()
-    dead = diag == 0
-    diag[dead] = 1.0
-    np.fill_diagonal(h, diag + damp * float(np.mean(diag)))
-    inverse = np.linalg.inv(h)
-    return np.linalg.cholesky((inverse + inverse.T) / 2).T
-
-
-# ---- the sweep ----
-
-def grid(values: np.ndarray, bound: float) -> np.ndarray:
-    """libdsz's reconstruction of non-zero values quantized with no predictor at absolute `bound`
-    (quantize.c, keepNonzero): q = round_half_up(x / 2eb), a non-zero value never becomes zero,
-    r = float32(q * 2eb) computed in double; values beyond the codec's range stay as they are."""
-    x = np.asarray(values, np.float64)
-    step = 2.0 * bound
-    d = x * (1.0 / step)  # as quantize.c: multiplied by the stored inverse
-    q = np.floor(d + 0.5)
-    q = np.where((q == 0) & (x != 0), np.sign(x), q)
-    r = (q * step).astype(np.float32).astype(np.float64)
-    return np.where(np.abs(d) < _QMAX, r, x.astype(np.float32).astype(np.float64))
-
-
-def _block_mask(w: np.ndarray, d: np.ndarray, sparsity: float) -> np.ndarray:
-    """SparseGPT's choice within a block: prune the lowest w^2 / [H^-1]_ii^2 (True = pruned)."""
-    saliency = (w / d) ** 2
-    count = int(round(sparsity * saliency.size))
-    mask = np.zeros(saliency.shape, bool)
-    if count:
-        mask.ravel()[np.argpartition(saliency.ravel(), count - 1)[:count]] = True
-    return mask
-
-
-def sweep(w: np.ndarray, factor: np.ndarray, *, sparsity: float = 0.0, nm: Optional[tuple[int, int]] = None,
-          pruned: Optional[np.ndarray] = None, quantize: Optional[Callable] = None,
-          block: int = BLOCK) -> np.ndarray:
-    """The compensated weights of matrix w [rows, cols] given the Cholesky factor of H^-1.
-
-    Prunes `sparsity` of each block of columns (unstructured) or n of every m columns of each row
-    (nm=(n, m); a trailing group of fewer than m columns stays dense), or keeps the positions given
-    by `pruned` (True = zero) at zero; `quantize` maps the surviving values to what will be stored.
-    """
-    w = np.array(w, np.float64)
-    cols = w.shape[1]
-    d_all = np.diagonal(factor)
-    if nm is not None:
-        block -= block % nm[1]  # an n:m group never straddles two blocks
-    for i1 in range(0, cols, block):
-        i2 = min(i1 + block, cols)
-        w1, f1 = w[:, i1:i2], factor[i1:i2, i1:i2]
-        err = np.zeros_like(w1)
-        if pruned is not None:
-            mask = pruned[:, i1:i2].copy()
-        elif nm is None and sparsity > 0:
-            mask = _block_mask(w1, d_all[i1:i2], sparsity)
-        else:
-            mask = np.zeros(w1.shape, bool)
-        for i in range(i2 - i1):
-            if nm is not None and i % nm[1] == 0 and i1 + i + nm[1] <= cols:
-                # chosen on the values compensated so far, as SparseGPT does
-                saliency = (w1[:, i:i + nm[1]] / d_all[i1 + i:i1 + i + nm[1]]) ** 2
-                chosen = np.argpartition(saliency, nm[0] - 1, axis=1)[:, :nm[0]]
-                np.put_along_axis(mask[:, i:i + nm[1]], chosen, True, axis=1)
-            q = np.where(mask[:, i], 0.0, w1[:, i])
-            if quantize is not None:
-                keep = ~mask[:, i]
-                q[keep] = quantize(q[keep])
-            e = (w1[:, i] - q) / f1[i, i]
-            w1[:, i:] -= np.outer(e, f1[i, i:])
-            w1[:, i] = q
-            err[:, i] = e
-        w[:, i2:] -= err @ factor[i1:i2, i2:]
-    return w
-
-
-def compensate(w: np.ndarray, h: np.ndarray, bound: float, pruned: Optional[np.ndarray] = None,
-               damp: float = DAMP) -> np.ndarray:
-    """GPTQ with libdsz's grid: w [rows, cols] quantized column by column at absolute `bound`, each
-    column's rounding error pushed onto the later columns through H [cols, cols]; positions where
-    `pruned` (default: w == 0) stay zero. float32: the values to encode, each on the codec's grid."""
-    w = np.asarray(w, np.float64)
-    pruned = w == 0 if pruned is None else np.asarray(pruned, bool)
-    factor = _inverse_factor(np.asarray(h, np.float64), damp)
-    return sweep(w, factor, pruned=pruned, quantize=lambda v: grid(v, bound)).astype(np.float32)
-
-
-def _solve(layer: Layer, weight: np.ndarray, factors: Sequence[np.ndarray], **options) -> np.ndarray:
-    """sweep() over each row group of the layer with its own factor; the new weight tensor."""
-    m = layer_matrix(layer, weight)
-    per = m.shape[0] // len(factors)
-    pruned = options.pop("pruned", None)
-    for g, factor in enumerate(factors):
-        rows = slice(g * per, (g + 1) * per)
-        m[rows] = sweep(m[rows], factor, pruned=None if pruned is None else pruned[rows], **options)
-    return weight_from_matrix(layer, m)
-
-
-# ---- whole models ----
 
 @dataclass
 class OneShotResult:
@@ -268,12 +31,6 @@ class OneShotResult:
     pruned: list[str]  # the layers pruned now, in execution order
     already_sparse: list[str]  # layers found sparse and left as they were
     seconds: dict[str, float]  # per pruned layer: capture, Hessian and sweep
-
-
-def selectable(model: TFLiteModel, kinds: Sequence[str]) -> list[Layer]:
-    """The layers of `kinds` whose float32 weights one layer alone reads, in execution order."""
-    return [layer for layer in model.layers(kinds)
-            if layer.compressible and layer.stored_dtype == "FLOAT32" and not layer.shared_with]
 
 
 def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapping[str, float]] = 0.5, *,
@@ -302,8 +59,8 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
     for layer in tqdm(todo, desc="one-shot pruning", unit="layer", disable=not progress, leave=False):
         start = time.perf_counter()
         h = hessian(model, layer, x, num_threads=num_threads)
-        factors = [_inverse_factor(g, damp) for g in h]
-        weight = _solve(layer, model.weight(layer), factors, sparsity=targets[layer.name], nm=nm)
+        factors = [inverse_factor(g, damp) for g in h]
+        weight = solve(layer, model.weight(layer), factors, sparsity=targets[layer.name], nm=nm)
         model = TFLiteModel(model.replace({layer.name: weight}))
         seconds[layer.name] = time.perf_counter() - start
     return OneShotResult(model.data, {l.name: 1 - density(model.weight(l)) for l in layers},
@@ -321,8 +78,6 @@ def prune_model(
     auto_sparsity decides, on one-shot trials judged on `val` by `metric`: a pydsz.metrics spec, by
     default top1 with labels, expected-top1 without for a classifier, output-error otherwise;
     auto_budget is in the metric's unit). The labels, when given, also measure top-1 before and after."""
-    from pydsz import metrics
-
     x_val, y_val = val
 
     def top1(model: bytes) -> Optional[float]:
@@ -337,8 +92,9 @@ def prune_model(
         else:
             judge_by = metrics.get(metric, output)
             notes.append(f"auto judged by {judge_by.spec}")
-        sparsity, warnings = _oneshot_auto(tflite_bytes, calibration, val, kinds, judge_by, auto_budget,
-                                           progress, num_threads)
+        judged = Budget(judge_by, auto_budget, AUTO_MARGIN, option="--auto-budget", margin_option=None)
+        sparsity, warnings = _oneshot_auto(tflite_bytes, calibration, val, kinds, judged,
+                                           Run(num_threads, progress=progress))
         notes += warnings
     elif isinstance(sparsity, str):
         raise InputError(f"sparsity {sparsity!r}: give a fraction, name=value pairs, n:m or auto")
@@ -348,19 +104,18 @@ def prune_model(
                        top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds, notes)
 
 
-def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kinds: Sequence[str], metric,
-                  budget: float, progress: bool, num_threads: int | None) -> tuple[dict[str, float], list[str]]:
+def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kinds: Sequence[str], judged: Budget,
+                  run: Run) -> tuple[dict[str, float], list[str]]:
     """auto_sparsity's search with one-shot trials: per layer, largest first, the highest rung of
     AUTO_LADDER whose loss on `val` (pydsz.metrics, paired with the unpruned model's per sample)
-    stays within `budget` with AUTO_MARGIN standard deviations of noise in hand, the noise as
+    stays within the budget with its margin of noise in hand, the noise as
     compress counts it (McNemar's for top-1). Nothing retrains, so every trial is judged against the
     unpruned model: the layers share one budget. Returns the sparsities and the warnings about
     samples too few to resolve the budget (InputError where they cannot resolve it at all)."""
     from tqdm import tqdm
 
-    from pydsz.pipeline import allowed_loss, resolution_warnings
-
     x_val, y_val = val
+    metric, num_threads = judged.metric, run.num_threads
     model = TFLiteModel(tflite_bytes)
     keys = [d["key"] for d in model.output_details()]
     reference = runtime.outputs(tflite_bytes, x_val, keys, num_threads=num_threads)
@@ -370,8 +125,8 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     metric.check(reference, y_val)
     base = metric.losses(reference, reference, y_val)
     n = len(base)
-    warnings = resolution_warnings(metric, budget, n, AUTO_MARGIN)
-    allowed = allowed_loss(metric, budget, n)
+    warnings = judged.warnings(n)
+    allowed = judged.allowed(n)
     layers = [l for l in selectable(model, kinds) if 1 - density(model.weight(l)) < ALREADY_SPARSE]
 
     def trial(targets: dict) -> tuple[bool, float]:
@@ -379,11 +134,11 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
         pruned = prune_layers(tflite_bytes, calibration, targets, kinds=kinds, num_threads=num_threads).tflite
         losses = metric.losses(runtime.outputs(pruned, x_val, keys, num_threads=num_threads), reference, y_val)
         noise = metric.noise(losses, base)
-        return float(np.sum(losses - base)) + AUTO_MARGIN * noise <= allowed, noise
+        return judged.within(float(np.sum(losses - base)), noise, allowed), noise
 
     order = by_size([l.name for l in layers], {l.name: int(np.prod(l.shape)) for l in layers})
     chosen: dict[str, float] = {}
-    for name in tqdm(order, desc="auto sparsity", unit="layer", disable=not progress, leave=False):
+    for name in tqdm(order, desc="auto sparsity", unit="layer", disable=not run.progress, leave=False):
         lo, hi = 0, len(AUTO_LADDER)  # AUTO_LADDER[:lo] passed, [hi:] failed
         while lo < hi:
             mid = (lo + hi) // 2
@@ -391,65 +146,7 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
             lo, hi = (mid + 1, hi) if safe else (lo, mid)
         if lo:
             chosen[name] = AUTO_LADDER[lo - 1]
-        elif name == order[0] and AUTO_MARGIN * noise > allowed:
+        elif name == order[0] and judged.risk(0, noise) > allowed:
             # the last trial was the ladder's first rung: its noise alone exceeds the budget
-            if metric.discrete:
-                raise noise_error(name, n, budget, int(round(noise ** 2)), AUTO_MARGIN)
-            # the noise of a sum grows with sqrt(n), the budget with n
-            need = int(np.ceil((AUTO_MARGIN * noise / (metric.budget(budget) * n)) ** 2 * n))
-            raise InputError(f"validation set of {n} samples too small for a budget of {budget:g} ({metric.name}): "
-                             f"pruning {name}, the largest layer, by {AUTO_LADDER[0]} changes the summed loss by a "
-                             f"noise of {noise:.3g} against {allowed:.3g} allowed; give about {need} samples or a "
-                             "larger budget")
+            raise judged.noise_error(f"pruning {name}, the largest layer, by {AUTO_LADDER[0]}", n, noise)
     return chosen, warnings
-
-
-def rank_warnings(model: TFLiteModel, layers: Sequence[Layer], samples: int) -> list[str]:
-    """One line per layer whose H `samples` calibration inputs leave singular: fewer input rows
-    (samples x the layer's output positions) than the layer has inputs. Damping keeps H invertible,
-    but along the directions no sample spans it is the damping alone, so the compensation fits
-    those samples and is blind elsewhere."""
-    lines = []
-    for layer in layers:
-        out = model.tensors[layer.output].shape
-        rows = samples * int(np.prod(out[:-1], dtype=np.int64))
-        cols = layer.shape[1] * layer.shape[2] if _is_depthwise(layer) else int(np.prod(layer.shape[1:]))
-        if rows < cols:
-            lines.append(f"layer {layer.name}: {samples} calibration samples give its Hessian rank {rows} at most, "
-                         f"of {cols} inputs: damping keeps it invertible, but the compensation fits these samples "
-                         f"only; give at least {-(-cols * samples // rows)} samples")
-    return lines
-
-
-class Compensator:
-    """Compensated candidate weights per (layer, bound) for the assessment.
-
-    H is taken on the model as given, from the calibration inputs x: the assessment varies one layer
-    at a time with the others intact. Each layer's factor is computed on first use and kept; pruned
-    positions stay zero. `warnings` names the layers whose H x leaves singular (rank_warnings).
-    """
-
-    def __init__(self, tflite_bytes: bytes, x: np.ndarray, layers: Sequence[str], damp: float = DAMP,
-                 max_hessian_bytes: int = MAX_HESSIAN_BYTES, num_threads: Optional[int] = None):
-        self.model = TFLiteModel(tflite_bytes)
-        self.layers = {name: self.model.layer(name) for name in layers}
-        check_memory(list(self.layers.values()), max_hessian_bytes)
-        self.x, self.damp, self.num_threads = x, damp, num_threads
-        samples = len(x[0]) if isinstance(x, (list, tuple)) else len(x)
-        self.warnings = rank_warnings(self.model, list(self.layers.values()), samples)
-        self._factors: dict[str, list[np.ndarray]] = {}
-
-    def weights(self, name: str, bound: float) -> np.ndarray:
-        """The layer's weights compensated at absolute `bound` (float32, on the codec's grid);
-        bound 0 (lossless) gives them back unchanged."""
-        if name not in self.layers:
-            raise InputError(f"layer {name!r} is not one the compensator was built for ({', '.join(self.layers)})")
-        layer = self.layers[name]
-        weight = np.array(self.model.weight(layer), np.float32)
-        if bound == 0:
-            return weight
-        if name not in self._factors:
-            h = hessian(self.model, layer, self.x, num_threads=self.num_threads)
-            self._factors[name] = [_inverse_factor(g, self.damp) for g in h]
-        pruned = layer_matrix(layer, weight) == 0
-        return _solve(layer, weight, self._factors[name], pruned=pruned, quantize=lambda v: grid(v, bound))

@@ -19,17 +19,13 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
-from pydsz import container, metrics, runtime
+from pydsz import compensate as compensation, container, metrics, runtime
 from pydsz.assess import Evaluator, Point, assess, compressible_layers
+from pydsz.budget import Budget, risk
 from pydsz.executor import Local
 from pydsz.errors import InputError
-from pydsz.model import INTEGER_TYPES
-from pydsz.model import TFLiteModel
+from pydsz.model import INTEGER_TYPES, TFLiteModel
 from pydsz.optimize import Option, Plan, loss_unit, minimize_loss, minimize_size
-
-SHARED_SAMPLES = ("the compensation's Hessians come from the same samples the bounds are chosen and the loss "
-                  "measured on: the compensation fits them, so the loss on other data is likely larger; give a "
-                  "separate calibration set (--calibration)")
 
 
 @dataclass
@@ -106,9 +102,7 @@ class Result:
         return self.evaluations / self.evaluation_seconds if self.evaluation_seconds > 0 else 0.0
 
 
-def _check_options(target_ratio: Optional[float], margin: float) -> None:
-    if not (math.isfinite(margin) and margin >= 0):
-        raise InputError(f"margin {margin}: must be a number >= 0")
+def _check_target(target_ratio: Optional[float]) -> None:
     if target_ratio is not None and not (math.isfinite(target_ratio) and target_ratio > 1):
         raise InputError(f"target ratio {target_ratio}: must be a number > 1")
 
@@ -128,7 +122,7 @@ def expected_losses(points: list[Point], margin: float) -> list[float]:
     """Each point's loss as the optimizer sees it (summed over samples): loss + margin * noise, made
     non-decreasing in the bound. A larger bound cannot be expected to lose less; a dip in the
     measured curve is noise, and picking it would fit the validation set instead of the data."""
-    risks = [0.0 if p.bound == 0 else p.loss + margin * p.noise for p in points]
+    risks = [0.0 if p.bound == 0 else risk(p.loss, p.noise, margin) for p in points]
     return _monotone(risks)
 
 
@@ -145,44 +139,6 @@ def _plan(table: dict[str, list[Point]], n: int, allowed: float, max_size: Optio
     if max_size is not None:
         return minimize_loss(options, max_size, unit)
     return minimize_size(options, allowed / n, unit)
-
-
-def allowed_loss(metric: metrics.Metric, max_loss: float, n: int, spent: float = 0.0) -> float:
-    """The loss that compressing may cost, summed over n samples: the metric's budget for
-    `max_loss` less what an earlier step spent (e.g. pruning, counted from a reference accuracy);
-    whole samples for a discrete metric."""
-    budget = metric.budget(max_loss) - spent
-    if metric.discrete:
-        # the epsilon forgives float noise in max_loss * n (0.003 * 5000)
-        return max(0, math.floor(budget * n + 1e-6))
-    return max(0.0, budget * n)
-
-
-def resolution_warnings(metric: metrics.Metric, max_loss: float, n: int, margin: float) -> list[str]:
-    """Whether n samples can resolve the budget: InputError where the only possible answer would be
-    to keep everything lossless; a warning where the decisions rest on very few samples."""
-    if metric.discrete:
-        one = 1 + margin  # a single changed sample as the decisions count it, noise margin included
-        budget = metric.budget(max_loss)
-        resolved = math.floor(budget * n + 1e-6)
-        if budget <= 0 or resolved >= metrics.FEW_SAMPLES * one:
-            return []
-        needed = math.ceil(metrics.FEW_SAMPLES * one / budget)
-        if resolved < one:
-            raise InputError(
-                f"{n} samples are too few to resolve max-loss {max_loss:g} in {metric.name}: one changed sample "
-                f"is {1 / n:.2g} and with the noise margin ({margin:g} sd) counts as {one:g} samples, more than the "
-                f"{resolved} the budget allows, so nothing but a lossless model could pass; use at least {needed} "
-                "samples (or a larger --max-loss, or --margin 0)")
-        return [f"max-loss {max_loss:g} lets only {resolved} of {n} samples change ({metric.name}): the decisions "
-                f"are noisy and the result is likely weaker than it could be; about {needed} samples would "
-                "resolve the budget"]
-    if n < 2:
-        raise InputError(f"{metric.name} needs at least 2 samples to estimate its noise, got {n}")
-    if n < metrics.MIN_SAMPLES:
-        return [f"{n} samples: the noise of {metric.name} is estimated from very few; "
-                f"use at least {metrics.MIN_SAMPLES}"]
-    return []
 
 
 def compress(
@@ -220,38 +176,34 @@ def compress(
     device: "cpu" or "gpu" (pydsz.gpu.device.resolve), where the assessment runs the FC tail.
     executor: where the assessment's and verification's evaluations run (pydsz.executor: Local, the
     default, or Dask); the results are the same. compensate: encode GPTQ-compensated float32 weights
-    (pydsz.oneshot.Compensator): each bound's errors are pushed into the weights not yet quantized,
+    (pydsz.compensate): each bound's errors are pushed into the weights not yet quantized,
     so the outputs move less; the bound holds on the stored values. calibration: the inputs (as x)
     whose Hessians the compensation uses, disjoint from x; without them it uses x, and a warning
     says that the measured loss is then optimistic (the compensation fits the samples it is judged on).
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
-    _check_options(target_ratio, margin)
+    _check_target(target_ratio)
     reason = ""
     if metric is None:
         metric, reason = metrics.default(model, y is not None, output)
     else:
         metric = metrics.get(metric, output)
-    max_loss = metric.default_max_loss if max_loss is None else max_loss
-    metric.budget(max_loss)  # checks the value before anything runs
+    budget = Budget(metric, metric.default_max_loss if max_loss is None else max_loss, margin, spent)
     if calibration is not None and not compensate:
         raise InputError("calibration inputs build the Hessians of the compensation: give compensate too")
     chosen = compressible_layers(model, layers)
     names = [l.name for l in chosen]
+    x = runtime.fit_inputs(model.input_details(), x)
+    compensator, compensation_warnings = (compensation.for_model(data, names, x, calibration, num_threads)
+                                          if compensate else (None, []))
     evaluator = Evaluator(data, x, y, names, metric=metric, num_threads=num_threads, device=device,
-                          compensate=compensate if calibration is None else calibration)
+                          compensator=compensator)
     n = evaluator.samples
-    warnings = resolution_warnings(metric, max_loss, n, margin)
-    if evaluator.compensator is not None and evaluator.compensator.layers:
-        if calibration is None:
-            warnings.append(SHARED_SAMPLES)
-        else:
-            warnings += _overlap_warnings(evaluator.x, evaluator.compensator.x)
-        warnings += evaluator.compensator.warnings
+    warnings = budget.warnings(n) + compensation_warnings
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)
-    allowed = allowed_loss(metric, max_loss, n, spent)
+    allowed = budget.allowed(n)
 
     executor = executor or Local()
     start = time.perf_counter()
@@ -268,12 +220,13 @@ def compress(
     slack = 0.0  # loss the interpreter measured beyond the fast path's (float rounding)
     while True:
         m = evaluator.measure(evaluator.weights_at(bounds))
+        at_risk = budget.risk(m.loss, m.noise)
         attempt = {"bounds": dict(bounds), "predicted": _predicted(table, bounds, margin), "loss": m.loss,
-                   "risk": m.risk(margin), "size": _size(table, bounds)}
+                   "risk": at_risk, "size": _size(table, bounds)}
         attempts.append(attempt)
         lossless = not any(bounds.values())
-        if m.risk(margin) + slack > allowed and max_size is None and not lossless:
-            bounds, tried = _tighten(executor, table, bounds, allowed - slack, m.risk(margin), margin)
+        if at_risk + slack > allowed and max_size is None and not lossless:
+            bounds, tried = _tighten(executor, table, bounds, allowed - slack, at_risk, margin)
             trials += tried
             continue
         dsz = container.pack_model(_encoded_model(evaluator, bounds), container.stored_bounds(model, bounds),
@@ -286,7 +239,7 @@ def compress(
 
     return Result(
         dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n, metric=metric,
-        before=before, after=metric.value(base + measured / n), loss=measured / n, max_loss=max_loss,
+        before=before, after=metric.value(base + measured / n), loss=measured / n, max_loss=budget.max_loss,
         allowed=allowed, model_bytes=len(data), spent=spent, margin=margin, attempts=attempts,
         fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
         evaluations=(sum(len(points) for points in table.values()) + trials + len(attempts)
@@ -294,30 +247,6 @@ def compress(
         evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
         compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
     )
-
-
-def _sample_digests(x) -> list[bytes]:
-    """One digest per sample of fitted inputs (an array, or a list of one per model input)."""
-    import hashlib
-
-    arrays = [np.ascontiguousarray(a) for a in (x if isinstance(x, (list, tuple)) else [x])]
-    digests = []
-    for i in range(len(arrays[0])):
-        h = hashlib.blake2b(digest_size=16)
-        for a in arrays:
-            h.update(a[i].tobytes())
-        digests.append(h.digest())
-    return digests
-
-
-def _overlap_warnings(x, calibration) -> list[str]:
-    """A warning when calibration samples also appear in x (the same file given twice, say)."""
-    data, own = set(_sample_digests(x)), _sample_digests(calibration)
-    shared = sum(d in data for d in own)
-    if not shared:
-        return []
-    return [f"{shared} of the {len(own)} calibration samples are also in the data the bounds are chosen on: "
-            "there the compensation fits the samples it is judged on"]
 
 
 def _point(table: dict, name: str, bound: float) -> Point:
@@ -347,10 +276,11 @@ def _encoded_model(evaluator: Evaluator, bounds: dict) -> bytes:
 
 def trial_risk(evaluator: Evaluator, bounds: dict, margin: float) -> float:
     """The risk (loss plus noise margin) of all layers compressed together at `bounds` (an executor's task)."""
-    return evaluator.measure(evaluator.weights_at(bounds)).risk(margin)
+    m = evaluator.measure(evaluator.weights_at(bounds))
+    return risk(m.loss, m.noise, margin)
 
 
-def _tighten(executor, table: dict, bounds: dict, allowed: float, risk: float, margin: float) -> tuple[dict, int]:
+def _tighten(executor, table: dict, bounds: dict, allowed: float, current: float, margin: float) -> tuple[dict, int]:
     """One greedy step down: move one layer to its next smaller measured bound; (new bounds, trials).
 
     Every layer's step is measured with all layers compressed together. If some step brings the
@@ -368,7 +298,7 @@ def _tighten(executor, table: dict, bounds: dict, allowed: float, risk: float, m
     fitting = [t for t in trials if t[1] <= allowed]
     if fitting:
         return min(fitting, key=lambda t: t[2])[0], len(trials)
-    return max(trials, key=lambda t: ((risk - t[1]) / max(1, t[2]), -t[2]))[0], len(trials)
+    return max(trials, key=lambda t: ((current - t[1]) / max(1, t[2]), -t[2]))[0], len(trials)
 
 
 def _layer_results(model: TFLiteModel, chosen: list, bounds: dict, table: dict, n: int) -> list[LayerResult]:
@@ -383,70 +313,3 @@ def _layer_results(model: TFLiteModel, chosen: list, bounds: dict, table: dict, 
             bound_unit="steps" if layer.stored_dtype in INTEGER_TYPES else "absolute",
         ))
     return out
-
-
-# The bundled reference models and how the demo and bench/reference.py prune them. lenet300-96 is
-# the same model pruned harder: on the validation split it loses as little, on the test split more
-# (bench/reference.py shows both: the trade-off is the point).
-REFERENCE = {
-    "lenet300": {"file": "lenet300.tflite", "title": "LeNet-300-100",
-                 "sparsity": {"fc1": 0.94, "fc2": 0.92, "fc3": 0.5}, "epochs": 24, "distill": 0.8},
-    "lenet300-96": {"file": "lenet300.tflite", "title": "LeNet-300-100 (96%)",
-                    "sparsity": {"fc1": 0.96, "fc2": 0.93, "fc3": 0.7}, "epochs": 24, "distill": 0.8},
-    "lenet5": {"file": "lenet5.tflite", "title": "LeNet-5",
-               "sparsity": {"fc1": 0.95, "fc2": 0.7}, "epochs": 16, "distill": 0.8},
-}
-TRAIN_SIZE = 55000  # Fashion-MNIST's first 55,000 training images; the last 5,000 are validation
-
-
-def reference_run(name: str, max_loss: float = 0.003, progress: bool = False, device: str = "cpu") -> dict:
-    """Prune a bundled reference model, compress it within max_loss of the unpruned model's
-    validation top-1 (pruning and compression share the budget), and measure both on the test split.
-
-    Returns {"result": Result, "summary": the paper's table row and timings}.
-    """
-    import time
-
-    from pydsz.data import bundled, fashion_mnist, load_npz
-    from pydsz.prune import prune_model
-
-    if name not in REFERENCE:
-        raise InputError(f"no reference model {name!r} (have: {', '.join(REFERENCE)})")
-    spec = REFERENCE[name]
-    model = bundled(spec["file"]).read_bytes()
-    x, y = fashion_mnist("train")
-    val, test = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
-    start = time.perf_counter()
-    pruned = prune_model(model, (x[:TRAIN_SIZE], y[:TRAIN_SIZE]), val, spec["sparsity"], epochs=spec["epochs"],
-                         distill=spec["distill"], progress=progress, device=device)
-    pruned_at = time.perf_counter()
-    result = compress(pruned.tflite, *val, max_loss, metric="top1", spent=pruned.top1_before - pruned.top1_after,
-                      progress=progress, device=device)
-    done = time.perf_counter()
-    decoded = container.load(result.dsz).tflite_bytes()
-    summary = {
-        "model": spec["title"], "sparsity": pruned.sparsity, "max_loss": max_loss,
-        "val_top1": {"original": pruned.top1_before, "pruned": pruned.top1_after, "compressed": result.after},
-        "test_top1": {"original": runtime.accuracy(model, *test), "pruned": runtime.accuracy(pruned.tflite, *test),
-                      "compressed": runtime.accuracy(decoded, *test)},
-        "fc_original_bytes": result.fc_original_bytes, "fc_compressed_bytes": result.fc_compressed_bytes,
-        "ratio": result.ratio, "file_ratio": result.file_ratio,
-        "seconds": {"prune": pruned_at - start, "compress": done - pruned_at},
-    }
-    return {"result": result, "summary": summary}
-
-
-def reference_table(rows: list[dict]) -> str:
-    """The paper's table: top-1 (test split), FC layers' size and ratio, original vs compressed."""
-    from pydsz.tables import format_table
-
-    lines = []
-    for row in rows:
-        s = row["summary"]
-        t, v = s["test_top1"], s["val_top1"]
-        lines.append([f"{s['model']} original", f"{100 * t['original']:.2f}%", f"{100 * v['original']:.2f}%",
-                      f"{s['fc_original_bytes'] / 1024:.1f} KB", "", ""])
-        lines.append([f"{s['model']} pydsz", f"{100 * t['compressed']:.2f}%", f"{100 * v['compressed']:.2f}%",
-                      f"{s['fc_compressed_bytes'] / 1024:.1f} KB", f"{s['ratio']:.1f}x",
-                      f"{100 * (t['original'] - t['compressed']):+.2f}"])
-    return format_table(["network", "top-1 test", "top-1 val", "FC size", "ratio", "test loss (points)"], lines)

@@ -11,7 +11,7 @@ from pydsz import bench, runtime
 from pydsz.data import bundled, load_npz
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
-from pydsz.prune import magnitude_mask
+from pydsz.masks import magnitude_mask
 
 pytestmark = pytest.mark.runtime
 

@@ -68,6 +68,17 @@ def test_per_layer_bounds(tmp_path):
     assert [(t["name"], t["error_bound"]) for t in info["tensors"]] == [("fc1", 0.02), ("fc2", 0.01)]
 
 
+def test_a_default_bound_with_per_layer_overrides(tmp_path):
+    out = tmp_path / "m.dsz"
+    result = dsz("pack", bundled("lenet300.tflite"), "-e", "0.002,fc3=0.01", "-o", out, "-q")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(dsz("info", out, "--json").stdout)
+    assert [(t["name"], t["error_bound"]) for t in info["tensors"]] == [("fc1", 0.002), ("fc2", 0.002), ("fc3", 0.01)]
+    twice = dsz("pack", bundled("lenet300.tflite"), "-e", "0.002,0.003,fc3=0.01", "-o", tmp_path / "n.dsz")
+    assert twice.returncode == 2 and "given twice" not in twice.stdout and "invalid error bound" in twice.stderr
+    assert not (tmp_path / "n.dsz").exists()
+
+
 def test_usage_errors_exit_2(tmp_path):
     assert dsz().returncode == 2
     assert dsz("pack", bundled("lenet300.tflite"), "-o", tmp_path / "x.dsz").returncode == 2

@@ -6,7 +6,7 @@ import numpy as np
 
 from pydsz.data import bundled, load_npz
 from pydsz.model import TFLiteModel
-from pydsz.prune import density
+from pydsz.masks import density
 from test_cli import assert_user_error, dsz
 
 
@@ -133,3 +133,14 @@ def test_auto_on_too_small_a_validation_set_is_a_user_error(tmp_path):
                  "--data", small, "--sparsity", "auto", "--auto-budget", "0.002", "-q", "-o", out)
     assert_user_error(result, "200 samples are too few", "use at least")  # as dsz compress says it
     assert not out.exists()
+
+
+def test_auto_names_the_option_that_sets_its_budget(tmp_path):
+    """dsz prune sets auto's budget with --auto-budget and has no --max-loss or --margin: its errors say so."""
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    small = tmp_path / "small.npz"
+    np.savez(small, x=x[:200], y=y[:200])
+    result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--train", bundled("fmnist_val.npz"),
+                 "--data", small, "--sparsity", "auto", "--auto-budget", "0.002", "-q", "-o", tmp_path / "p.tflite")
+    assert_user_error(result, "--auto-budget")
+    assert "--max-loss" not in result.stderr and "--margin" not in result.stderr

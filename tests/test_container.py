@@ -74,6 +74,13 @@ def test_per_layer_bounds_keep_unnamed_layers_lossless():
         assert np.array_equal(before.weight(layer), after.weight(layer))
 
 
+def test_a_default_bound_applies_to_the_layers_not_named():
+    data = bundled("lenet300.tflite").read_bytes()
+    named = {"fc1": 0.002, "fc2": 0.002, "fc3": 0.01}
+    assert container.pack_model(data, {container.OTHERS: 0.002, "fc3": 0.01}) == container.pack_model(data, named)
+    assert container.pack_model(data, {container.OTHERS: 0.002}) == container.pack_model(data, 0.002)
+
+
 def test_info_reports_sizes(packed_lenet300):
     m = pydsz.load(packed_lenet300)
     info = m.info()

@@ -25,7 +25,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DECODER_ONLY = os.environ.get("DSZ_DECODER_ONLY") == "1"
 # packages and modules of the encoder side: model I/O, pruning, assessment, reports, GPU, benchmarks
 SERVER_ONLY = ("tflite", "flatbuffers", "tqdm", "matplotlib", "pycuda", "tensorflow", "h5py", "hdf5plugin",
-               "pydsz.model", "pydsz.prune", "pydsz.assess", "pydsz.optimize", "pydsz.pipeline",
+               "pydsz.model", "pydsz.prune", "pydsz.train", "pydsz.masks", "pydsz.assess", "pydsz.optimize",
+               "pydsz.pipeline", "pydsz.budget", "pydsz.gptq", "pydsz.compensate", "pydsz.oneshot", "pydsz.demo",
                "pydsz.report", "pydsz.tail", "pydsz.gpu")
 
 

@@ -131,13 +131,13 @@ def test_estimate_bytes_is_entropy_plus_outliers():
 
 
 def test_reference_correct_is_prunes_count():
-    prune = pytest.importorskip("pydsz.prune")
+    trainer = pytest.importorskip("pydsz.train")
     rng = np.random.default_rng(3)
-    layers = [prune.Dense("fc1", _pruned(rng, (32, 50), 0.5), rng.standard_normal(32).astype(np.float32), "RELU"),
-              prune.Dense("fc2", _pruned(rng, (10, 32), 0.5), rng.standard_normal(10).astype(np.float32), "NONE")]
+    layers = [trainer.Dense("fc1", _pruned(rng, (32, 50), 0.5), rng.standard_normal(32).astype(np.float32), "RELU"),
+              trainer.Dense("fc2", _pruned(rng, (10, 32), 0.5), rng.standard_normal(10).astype(np.float32), "NONE")]
     h = rng.standard_normal((500, 50)).astype(np.float32)
     y = rng.integers(0, 10, 500)
-    assert reference.correct(reference.plan(layers), h, y) == prune.count_correct(layers, h, y)
+    assert reference.correct(reference.plan(layers), h, y) == trainer.count_correct(layers, h, y)
 
 
 def test_reference_sweep_rejects_unknown_layer():
@@ -295,20 +295,20 @@ def test_gpu_tail_hits_match_numpy(gpu):
         TailHits(tail, h, np.full(len(h), 10))
 
 
-def _dense_layers(prune, rng):
-    """A small half-pruned tail as pydsz.prune trains it (prune.Dense layers)."""
-    return [prune.Dense(l.name, l.weight, l.bias, l.activation) for l in _tail(rng, (50, 40, 10), 0.5)]
+def _dense_layers(trainer, rng):
+    """A small half-pruned tail as pydsz.train trains it (train.Dense layers)."""
+    return [trainer.Dense(l.name, l.weight, l.bias, l.activation) for l in _tail(rng, (50, 40, 10), 0.5)]
 
 
 @pytest.mark.gpu
 def test_gpu_forward_matches_numpy(gpu):
-    prune = pytest.importorskip("pydsz.prune")
+    trainer = pytest.importorskip("pydsz.train")
     from pydsz.gpu import train
 
     rng = np.random.default_rng(15)
-    layers = _dense_layers(prune, rng)
+    layers = _dense_layers(trainer, rng)
     h = rng.standard_normal((7000, 50)).astype(np.float32)
-    np.testing.assert_allclose(train.forward(layers, h, chunk=3000), prune.forward(layers, h), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(train.forward(layers, h, chunk=3000), trainer.forward(layers, h), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.gpu
@@ -345,7 +345,7 @@ def test_gpu_sweep_matches_cpu(gpu):
 
 @pytest.mark.gpu
 def test_gpu_adam_step_is_numpys_and_keeps_the_mask(gpu):
-    prune = pytest.importorskip("pydsz.prune")
+    trainer = pytest.importorskip("pydsz.train")
     from pydsz.gpu import train
 
     rng = np.random.default_rng(12)
@@ -354,7 +354,7 @@ def test_gpu_adam_step_is_numpys_and_keeps_the_mask(gpu):
     p *= mask
     m = np.zeros_like(p)
     v = np.zeros_like(p)
-    opt = prune._Adam()
+    opt = trainer._Adam()
     expected = p.copy()
     for t in range(1, 4):
         grad = rng.standard_normal(p.shape).astype(np.float32)
@@ -370,37 +370,37 @@ def test_gpu_adam_step_is_numpys_and_keeps_the_mask(gpu):
 
 @pytest.mark.gpu
 def test_gpu_gradients_match_numpy(gpu):
-    prune = pytest.importorskip("pydsz.prune")
+    trainer = pytest.importorskip("pydsz.train")
     from pydsz.gpu import train
 
     rng = np.random.default_rng(13)
-    layers = _dense_layers(prune, rng)
+    layers = _dense_layers(trainer, rng)
     x = rng.standard_normal((128, 50)).astype(np.float32)
     # the labels' one-hot mixed with a teacher's softmax, as retraining with distillation makes them
-    target = 0.4 * np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)] + 0.6 * prune._softmax(
+    target = 0.4 * np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)] + 0.6 * trainer._softmax(
         rng.standard_normal((128, 10)).astype(np.float32))
-    for (gw, gb), (ew, eb) in zip(train.gradients(layers, x, target), prune._gradients(layers, x, target)):
+    for (gw, gb), (ew, eb) in zip(train.gradients(layers, x, target), trainer._gradients(layers, x, target)):
         np.testing.assert_allclose(gw, ew, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(gb, eb, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.gpu
 def test_gpu_retrain_matches_numpy(gpu):
-    """prune.retrain's loop on GpuSteps against NumpySteps: gradual pruning, distillation and the
+    """pydsz.train.retrain's loop on GpuSteps against NumpySteps: gradual pruning, distillation and the
     running mean; the same sparsity exactly, the weights equal up to float summation order."""
-    prune = pytest.importorskip("pydsz.prune")
+    trainer = pytest.importorskip("pydsz.train")
 
     rng = np.random.default_rng(17)
-    layers = [prune.Dense(l.name, l.weight * 4, l.bias, l.activation) for l in _tail(rng, (30, 40, 10), 0.0)]
+    layers = [trainer.Dense(l.name, l.weight * 4, l.bias, l.activation) for l in _tail(rng, (30, 40, 10), 0.0)]
     h = (rng.standard_normal((640, 30)) * 3).astype(np.float32)
-    y = np.argmax(prune.forward(layers, h), axis=1)
+    y = np.argmax(trainer.forward(layers, h), axis=1)
     kw = dict(epochs=2, targets={"fc1": 0.8}, teacher=layers, distill=0.5)
-    cpu = prune.retrain(layers, {}, h, y, device="cpu", **kw)
-    gpu_layers = prune.retrain(layers, {}, h, y, device="gpu", **kw)
+    cpu = trainer.retrain(layers, {}, h, y, device="cpu", **kw)
+    gpu_layers = trainer.retrain(layers, {}, h, y, device="gpu", **kw)
     for c, g in zip(cpu, gpu_layers):
         assert np.count_nonzero(g.weight) == np.count_nonzero(c.weight)
         assert np.mean((g.weight != 0) == (c.weight != 0)) >= 0.99  # a magnitude tie may break differently
         both = (g.weight != 0) & (c.weight != 0)
         np.testing.assert_allclose(g.weight[both], c.weight[both], rtol=1e-3, atol=1e-4)
         np.testing.assert_allclose(g.bias, c.bias, rtol=1e-3, atol=1e-4)
-    assert abs(prune.count_correct(gpu_layers, h, y, device="gpu") - prune.count_correct(gpu_layers, h, y)) <= 1
+    assert abs(trainer.count_correct(gpu_layers, h, y, device="gpu") - trainer.count_correct(gpu_layers, h, y)) <= 1

@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz import codec, oneshot, runtime
+from pydsz import codec, gptq, oneshot, runtime
 from pydsz.data import bundled, load_npz
 from pydsz.errors import InputError
+from pydsz.compensate import SHARED_SAMPLES, Compensator
 from pydsz.model import Layer, TFLiteModel
-from pydsz.prune import density, magnitude_mask
+from pydsz.masks import density, magnitude_mask
 from test_model import build_tflite, f32
 
 DATA = Path(__file__).resolve().parent.parent / "pydsz" / "data"
@@ -60,8 +61,8 @@ def test_im2col_conv_agrees_with_the_interpreter(lenet5, calibration):
     layer = model.layer("conv2")
     x = runtime.capture(lenet5, calibration[:32], layer.input)
     y = runtime.capture(lenet5, calibration[:32], layer.output)
-    patches = oneshot.im2col(x, *oneshot._geometry(model, layer))
-    w = oneshot.layer_matrix(layer, model.weight(layer))
+    patches = gptq.im2col(x, *gptq.geometry(model, layer))
+    w = gptq.layer_matrix(layer, model.weight(layer))
     ours = patches.reshape(len(patches), -1) @ w.T + model.constant(layer.bias)
     assert np.allclose(ours.reshape(y.shape), y, rtol=1e-4, atol=1e-4)
 
@@ -70,7 +71,7 @@ def test_im2col_conv_agrees_with_the_interpreter(lenet5, calibration):
 def test_im2col_matches_a_direct_convolution(stride, dilation, padding):
     rng = np.random.default_rng(0)
     x, w = rng.normal(size=(2, 9, 8, 3)), rng.normal(size=(4, 3, 2, 3))
-    patches = oneshot.im2col(x, 3, 2, stride, stride, dilation, dilation, padding)
+    patches = gptq.im2col(x, 3, 2, stride, stride, dilation, dilation, padding)
     expected = _reference_conv(x, w, stride, dilation, padding)
     assert np.allclose(patches.reshape(len(patches), -1) @ w.reshape(4, -1).T, expected.reshape(-1, 4))
 
@@ -82,14 +83,14 @@ def test_depthwise_matrix_rows_are_channel_outputs():
     x, w = rng.normal(size=(2, 6, 6, c)), rng.normal(size=(1, 3, 3, c * mult))
     layer = Layer("conv1", "conv", "DEPTHWISE_CONV_2D", 0, 0, 1, 2, None, "NONE", w.shape,
                           "FLOAT32", 1, 0, w.size * 4, True, "")
-    m = oneshot.layer_matrix(layer, w)
-    patches = oneshot.im2col(x, 3, 3)
+    m = gptq.layer_matrix(layer, w)
+    patches = gptq.im2col(x, 3, 3)
     ours = np.stack([patches[:, :, k // mult] @ m[k] for k in range(c * mult)], axis=1)
     full = np.zeros((c * mult, 3, 3, c))  # the same layer as a plain conv: output k reads channel k // mult
     for k in range(c * mult):
         full[k, :, :, k // mult] = w[0, :, :, k]
     assert np.allclose(ours, _reference_conv(x, full, 1, 1, "VALID").reshape(-1, c * mult))
-    assert np.array_equal(oneshot.weight_from_matrix(layer, m), w.astype(np.float32))
+    assert np.array_equal(gptq.weight_from_matrix(layer, m), w.astype(np.float32))
 
 
 def _conv_model(op: str, shape: tuple, stride: int, dilation: int, multiplier: int = 1) -> bytes:
@@ -117,8 +118,8 @@ def test_im2col_agrees_with_the_interpreter_on_strided_dilated_and_depthwise_con
     layer = model.layer("conv1")
     x = np.random.default_rng(3).normal(size=(5, 9, 8, 3)).astype(np.float32)
     y = runtime.predict(data, x)
-    patches = oneshot.im2col(x.astype(np.float64), *oneshot._geometry(model, layer))
-    m = oneshot.layer_matrix(layer, model.weight(layer))
+    patches = gptq.im2col(x.astype(np.float64), *gptq.geometry(model, layer))
+    m = gptq.layer_matrix(layer, model.weight(layer))
     if op == "CONV_2D":
         ours = patches.reshape(len(patches), -1) @ m.T
     else:
@@ -166,8 +167,8 @@ def test_compensated_pruning_beats_magnitude_pruning(lenet300, calibration):
     layer = model.layer("fc2")
     x = runtime.capture(lenet300, calibration, layer.input).astype(np.float64)
     w = np.asarray(model.weight(layer), np.float64)
-    factor = oneshot._inverse_factor(oneshot.hessian(model, layer, calibration)[0], oneshot.DAMP)
-    pruned = oneshot.sweep(w, factor, sparsity=0.8)
+    factor = gptq.inverse_factor(gptq.hessian(model, layer, calibration)[0], gptq.DAMP)
+    pruned = gptq.sweep(w, factor, sparsity=0.8)
     magnitude = w * magnitude_mask(w, 0.8)
     assert np.count_nonzero(pruned) == np.count_nonzero(magnitude)
     assert _output_error(w, pruned, x) < _output_error(w, magnitude, x)
@@ -192,8 +193,8 @@ def test_compensation_reduces_the_output_error(seed, rows, cols, sparsity, bound
     compensated_error = plain_error = 0.0
     for _ in range(4):
         w, x = _random_layer(rng, rows, cols, sparsity)
-        compensated = oneshot.compensate(w, 2 * x.T @ x / len(x), bound)
-        plain = np.where(w != 0, oneshot.grid(w, bound), 0)
+        compensated = gptq.compensate(w, 2 * x.T @ x / len(x), bound)
+        plain = np.where(w != 0, gptq.grid(w, bound), 0)
         compensated_error += _output_error(w, compensated, x) ** 2
         plain_error += _output_error(w, plain, x) ** 2
         assert np.array_equal(compensated == 0, w == 0)  # pruned stay zero, kept stay non-zero
@@ -204,7 +205,7 @@ def test_compensation_reduces_the_output_error(seed, rows, cols, sparsity, bound
 @given(seed=st.integers(0, 2**32 - 1), bound=st.sampled_from([1e-4, 0.003, 0.01, 0.05]))
 def test_compensated_values_decode_within_the_bound(seed, bound):
     w, x = _random_layer(np.random.default_rng(seed), 24, 32, 0.5)
-    compensated = oneshot.compensate(w, 2 * x.T @ x / len(x), bound)
+    compensated = gptq.compensate(w, 2 * x.T @ x / len(x), bound)
     decoded = codec.decode_sparse(codec.encode_sparse(compensated, bound))
     assert np.max(np.abs(decoded - compensated)) <= bound
     assert np.array_equal(decoded != 0, compensated != 0)
@@ -213,7 +214,7 @@ def test_compensated_values_decode_within_the_bound(seed, bound):
 def test_grid_values_are_libdsz_reconstructions():
     """Values on the grid encode with no predictor error: the codec gives them back exactly."""
     w = np.random.default_rng(2).normal(scale=0.1, size=(16, 16))
-    on_grid = oneshot.grid(w, 0.01).astype(np.float32)
+    on_grid = gptq.grid(w, 0.01).astype(np.float32)
     decoded = codec.decode_sparse(codec.encode_sparse(on_grid, 0.01, predictor="none"))
     assert np.array_equal(decoded, on_grid)
 
@@ -223,7 +224,7 @@ def test_compensator_keeps_zeros_and_lowers_the_output_error(lenet300, calibrati
     model = TFLiteModel(pruned)
     w = np.asarray(model.weight("fc1"), np.float64)
     x = runtime.capture(pruned, calibration, model.layer("fc1").input).reshape(len(calibration), -1)
-    compensated = oneshot.Compensator(pruned, calibration, ["fc1"]).weights("fc1", 0.02)
+    compensated = Compensator(pruned, calibration, ["fc1"]).weights("fc1", 0.02)
     plain = codec.decode_sparse(codec.encode_sparse(w.astype(np.float32), 0.02))
     assert np.array_equal(compensated == 0, w == 0)
     assert _output_error(w, compensated, x) < _output_error(w, plain, x)
@@ -235,7 +236,7 @@ def test_a_hessian_too_large_is_refused_naming_the_layer(lenet300, calibration):
 
 
 def test_oneshot_auto_prunes_within_the_budget_on_the_ladder(lenet300, calibration):
-    from pydsz.prune import AUTO_LADDER
+    from pydsz.masks import AUTO_LADDER
 
     x, y = load_npz(DATA / "fmnist_val.npz")
     result = oneshot.prune_model(lenet300, calibration, (x, y), "auto", auto_budget=0.01)
@@ -252,7 +253,6 @@ def test_oneshot_prunes_without_labels(lenet300, calibration):
 
 def test_compress_with_compensation_keeps_the_budget_and_the_bound_on_what_it_stores():
     from pydsz import container, pipeline
-    from pydsz.oneshot import Compensator
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     x, y = x[:1000], y[:1000]
@@ -301,12 +301,12 @@ def test_compensation_from_a_disjoint_calibration_set_lowers_the_error_on_held_o
     pruned = oneshot.prune_layers(data, calibration, 0.7, kinds=("fc", "conv")).tflite
     model = TFLiteModel(pruned)
     layer = model.layer(layer_name)
-    w = oneshot.layer_matrix(layer, model.weight(layer))
+    w = gptq.layer_matrix(layer, model.weight(layer))
     # the layer's input rows on the held-out images: FC inputs, or conv patches through im2col
     inputs = runtime.capture(pruned, held_out, layer.input).astype(np.float64)
-    x = np.concatenate(list(oneshot._patches(model, layer, inputs)))
+    x = np.concatenate(list(gptq._patches(model, layer, inputs)))
     bound = 0.1 * float(np.mean(np.abs(w[w != 0])))  # coarse enough for the rounding to matter
-    compensated = oneshot.layer_matrix(layer, oneshot.Compensator(pruned, calibration, [layer_name])
+    compensated = gptq.layer_matrix(layer, Compensator(pruned, calibration, [layer_name])
                                        .weights(layer_name, bound))
     plain = codec.decode_sparse(codec.encode_sparse(w.astype(np.float32), bound)).reshape(w.shape)
     assert np.array_equal(compensated == 0, w == 0)
@@ -316,7 +316,6 @@ def test_compensation_from_a_disjoint_calibration_set_lowers_the_error_on_held_o
 
 def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data():
     from pydsz import container, pipeline
-    from pydsz.oneshot import Compensator
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     data = bundled("lenet300.tflite").read_bytes()
@@ -324,7 +323,7 @@ def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data
     result = pipeline.compress(data, x[:1000], y[:1000], 0.003, metric="top1", compensate=True,
                                calibration=calibration)
     assert result.compensated == ["fc1", "fc2", "fc3"] and result.loss <= 0.003
-    assert pipeline.SHARED_SAMPLES not in result.warnings
+    assert SHARED_SAMPLES not in result.warnings
     assert not any("calibration samples are also in the data" in w for w in result.warnings)
     decoded = container.load(result.dsz).weights()
     by_calibration, by_data = Compensator(data, calibration, result.compensated), Compensator(data, x[:1000], result.compensated)
@@ -341,7 +340,7 @@ def test_compress_compensating_on_its_own_data_warns_that_they_share_the_samples
     x, y = load_npz(bundled("fmnist_val.npz"))
     result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
                                compensate=True)
-    assert pipeline.SHARED_SAMPLES in result.warnings
+    assert SHARED_SAMPLES in result.warnings
 
 
 def test_calibration_samples_that_are_also_in_the_data_are_counted_in_a_warning():
@@ -374,18 +373,18 @@ def test_a_calibration_set_without_compensation_is_refused():
 def test_too_few_calibration_samples_for_a_layer_are_named(lenet300):
     model = TFLiteModel(lenet300)
     layers = [model.layer(name) for name in ("fc1", "fc2", "fc3")]
-    warnings = oneshot.rank_warnings(model, layers, 200)
+    warnings = gptq.rank_warnings(model, layers, 200)
     # fc1 takes 784 inputs and fc2 300: 200 samples leave their H singular; fc3 takes 100
     assert [w.split(":")[0] for w in warnings] == ["layer fc1", "layer fc2"]
     assert "rank 200 at most, of 784 inputs" in warnings[0] and "at least 784 samples" in warnings[0]
-    assert oneshot.rank_warnings(model, layers, 784) == []
+    assert gptq.rank_warnings(model, layers, 784) == []
 
 
 def test_a_conv_layer_counts_its_patches_as_rows(lenet5):
     model = TFLiteModel(lenet5)
     # conv2: 5x5x20 = 500 inputs, one row per output position (8x8 = 64 per image)
-    assert oneshot.rank_warnings(model, [model.layer("conv2")], 8) == []
-    assert "rank 448 at most, of 500" in oneshot.rank_warnings(model, [model.layer("conv2")], 7)[0]
+    assert gptq.rank_warnings(model, [model.layer("conv2")], 8) == []
+    assert "rank 448 at most, of 500" in gptq.rank_warnings(model, [model.layer("conv2")], 7)[0]
 
 
 def test_a_model_of_two_inputs_compensates_from_a_calibration_set_of_both():

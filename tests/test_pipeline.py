@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from pydsz import container, pipeline, runtime
+from pydsz import container, demo, pipeline, runtime
 from pydsz.assess import Point
 from pydsz.data import bundled, load_npz
 from pydsz.errors import InputError
@@ -201,11 +201,11 @@ def test_cli_prune_with_a_tiny_training_set(small_val, tmp_path):
 
 @pytest.mark.slow
 def test_demo_run_prunes_and_compresses_within_the_budget_on_validation():
-    row = pipeline.reference_run("lenet5", max_loss=0.003)
+    row = demo.run("lenet5", max_loss=0.003)
     s = row["summary"]
     val = s["val_top1"]
     # pruning and compression share the budget; compression alone never spends more than is left
     assert val["original"] - val["compressed"] <= max(0.003, val["original"] - val["pruned"]) + 1e-12
     assert s["sparsity"]["fc1"] == pytest.approx(0.95, abs=1e-3)
     assert s["ratio"] > 40
-    assert "LeNet-5 pydsz" in pipeline.reference_table([row])
+    assert "LeNet-5 pydsz" in demo.table([row])

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pydsz.errors import InputError
-from pydsz.prune import (Dense, _gradients, count_correct, density, forward, magnitude_mask,
-                         retrain)
+from pydsz.masks import density, magnitude_mask
+from pydsz.train import Dense, _gradients, count_correct, forward, retrain
 
 
 def _task(seed=0, n=6000, d=40, classes=5):
@@ -33,7 +33,7 @@ def test_magnitude_mask_reaches_the_asked_sparsity(sparsity):
 @given(st.integers(1, 40), st.integers(1, 40), st.floats(0, 0.99), st.sampled_from([None, 7]), st.integers(0, 2**31))
 def test_magnitude_mask_keeps_the_largest_and_the_first_of_the_tied(rows, cols, sparsity, slice_, seed):
     """Against a full sort: zeros (also -0.0) and ties at the threshold, the ties kept in order."""
-    from pydsz import prune
+    from pydsz import masks
 
     rng = np.random.default_rng(seed)
     w = (rng.integers(-3, 4, (rows, cols)) * (rng.random((rows, cols)) > 0.4)).astype(np.float32)
@@ -45,41 +45,41 @@ def test_magnitude_mask_keeps_the_largest_and_the_first_of_the_tied(rows, cols, 
         expected = np.abs(w).ravel() > threshold
         tied = np.flatnonzero(np.abs(w).ravel() == threshold)
         expected[tied[: w.size - n_prune - int(expected.sum())]] = True
-    old = prune.SLICE
-    prune.SLICE = slice_ or old
+    old = masks.SLICE
+    masks.SLICE = slice_ or old
     try:
         assert np.array_equal(magnitude_mask(w, sparsity).ravel(), expected)
     finally:
-        prune.SLICE = old
+        masks.SLICE = old
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 300), st.integers(1, 50), st.sampled_from([None, 101, 128]), st.integers(0, 2**31))
 def test_the_mean_square_is_numpys_to_the_last_bit(rows, cols, slice_, seed):
     """retrain's input scale, summed in slices, equals np.mean of a float64 square exactly."""
-    from pydsz import prune
+    from pydsz import masks, train
 
     h = (np.random.default_rng(seed).standard_normal((rows, cols)) * 40).astype(np.float32)
-    old = prune.SLICE
-    prune.SLICE = slice_ or old
+    old = masks.SLICE
+    masks.SLICE = slice_ or old
     try:
-        assert prune._mean_square(h) == np.mean(np.square(h, dtype=np.float64))
+        assert train._mean_square(h) == np.mean(np.square(h, dtype=np.float64))
     finally:
-        prune.SLICE = old
+        masks.SLICE = old
 
 
 def test_adam_held_at_a_mask_equals_adam_on_every_weight_masked():
     """The moments kept only at the mask's entries, the mask tightened twice (the moments regathered):
     the same weights, bit for bit, as the moments of every weight with gradient and weight masked
     (the sign of a pruned weight's zero aside: -0.0 or 0.0, which multiplies and sums alike)."""
-    from pydsz import prune
+    from pydsz import train
 
     rng = np.random.default_rng(5)
     w = rng.standard_normal((37, 29)).astype(np.float32)
     masks = [rng.random(w.shape) > 0.3]
     masks += [masks[0] & (rng.random(w.shape) > 0.5)]
     masks += [masks[1] & (rng.random(w.shape) > 0.5)]
-    dense, held = prune._Adam(), prune._Adam()
+    dense, held = train._Adam(), train._Adam()
     a, b = w * masks[0], w * masks[0]
     held.hold("w", masks[0])
     for t in range(1, 10):
@@ -151,12 +151,12 @@ def test_retraining_is_deterministic_and_leaves_its_input_alone():
 def test_retraining_in_slices_equals_retraining_whole(monkeypatch):
     """Adam, the gradient row blocks and the running mean (sparse for fc1) work slice by slice to
     hold no layer-sized temporary: slices of 101 values must give the same bits as one slice."""
-    from pydsz import prune
+    from pydsz import masks
 
     x, y, layers = _task(n=1000)
     run = lambda: retrain(layers, {}, x, y, epochs=1, targets={"fc1": 0.8}, teacher=layers)  # noqa: E731
     whole = run()
-    monkeypatch.setattr(prune, "SLICE", 101)  # gradient blocks of 2 rows (1 would be gemv, not gemm: other sums)
+    monkeypatch.setattr(masks, "SLICE", 101)  # gradient blocks of 2 rows (1 would be gemv, not gemm: other sums)
     sliced = run()
     assert density(sliced[0].weight) == pytest.approx(0.2, abs=1e-3)
     for a, b in zip(whole, sliced):
@@ -232,7 +232,8 @@ def test_lenet5_keeps_its_conv_trunk(fmnist):
 
 def test_auto_climbs_the_ladder(fmnist):
     from pydsz.data import bundled
-    from pydsz.prune import AUTO_LADDER, prune_model
+    from pydsz.masks import AUTO_LADDER
+    from pydsz.prune import prune_model
 
     data = bundled("lenet300.tflite").read_bytes()
     result = prune_model(data, *fmnist, "auto", epochs=0.5, auto_budget=0.05)
@@ -254,7 +255,7 @@ def test_auto_reports_a_validation_set_too_small_for_its_budget(fmnist):
 
 
 def test_auto_decides_the_largest_layers_first():
-    from pydsz.prune import by_size
+    from pydsz.masks import by_size
 
     assert by_size(["fc1", "fc2", "fc3"], {"fc1": 1000, "fc2": 50000, "fc3": 1000}) == ["fc2", "fc1", "fc3"]
 
@@ -266,3 +267,12 @@ def test_a_tiny_training_set_is_an_input_error(fmnist):
     (x, y), val = fmnist
     with pytest.raises(InputError, match="too small"):
         prune_model(bundled("lenet300.tflite").read_bytes(), (x[:20], y[:20]), val, 0.9)
+
+
+def test_a_default_sparsity_with_per_layer_overrides():
+    from pydsz.container import OTHERS
+    from pydsz.masks import sparsity_targets
+
+    assert sparsity_targets(["fc1", "fc2", "fc3"], {OTHERS: 0.9, "fc3": 0.5}) == {"fc1": 0.9, "fc2": 0.9, "fc3": 0.5}
+    with pytest.raises(InputError, match="fc4"):
+        sparsity_targets(["fc1"], {OTHERS: 0.9, "fc4": 0.5})

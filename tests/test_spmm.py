@@ -11,7 +11,7 @@ from pydsz import _core, runtime, sparse
 from pydsz.assess import Evaluator, encode_weight, measure_point
 from pydsz.errors import FormatError, InputError
 from pydsz.model import TFLiteModel
-from pydsz.prune import magnitude_mask
+from pydsz.masks import magnitude_mask
 from pydsz.tail import Tail
 
 DATA = Path(__file__).parents[1] / "pydsz" / "data"

@@ -106,7 +106,7 @@ class Op:
 
 def plan(layers) -> list[Op]:
     """The ops of a tail: a pydsz.tail.Tail, or dense layers with .name/.weight/.bias/.activation
-    (pydsz.prune.Dense). InputError for what the sweep does not run (binary ops, a softmax that
+    (pydsz.train.Dense). InputError for what the sweep does not run (binary ops, a softmax that
     is not the last op); a final softmax is dropped since it keeps the top-1 class."""
     steps = getattr(layers, "steps", None)
     if steps is None:

@@ -1,10 +1,10 @@
 """Retraining on the GPU, operation for operation that of pydsz.prune (numpy).
 
-`GpuSteps` is prune.NumpySteps on the device: the tail's weights, masks, Adam state and running
-mean stay there, and each step uploads only its mini-batch and targets. prune.retrain's loop drives
-either one. `adam_step` is prune._Adam.step followed by re-applying the mask, with the same float32
+`GpuSteps` is train.NumpySteps on the device: the tail's weights, masks, Adam state and running
+mean stay there, and each step uploads only its mini-batch and targets. train.retrain's loop drives
+either one. `adam_step` is train._Adam.step followed by re-applying the mask, with the same float32
 operations in the same order (kernels.cu dsz_masked_adam), so its result equals numpy's bit for bit
-and a pruned weight stays exactly zero. `gradients` is prune._gradients and `forward` prune.forward
+and a pruned weight stays exactly zero. `gradients` is train._gradients and `forward` train.forward
 (float summation order aside).
 """
 
@@ -27,7 +27,7 @@ def adam_step_device(param, grad, m, v, mask, t: int, lr: float, beta1: float = 
                      eps: float = 1e-8) -> None:
     """One masked Adam step in place on device arrays (grad is masked in place too; mask may be None).
 
-    t is the step number (from 1), as prune._Adam.t; m and v start as zeros.
+    t is the step number (from 1), as train._Adam.t; m and v start as zeros.
     """
     if t < 1:
         raise InputError(f"Adam step number {t}: must be >= 1")
@@ -67,7 +67,7 @@ def _check_batch(x: np.ndarray, target: np.ndarray, layers) -> tuple[np.ndarray,
 
 def _gradients_device(weights, biases, acts: Sequence[int], shapes: Sequence[tuple], x_gpu, target_gpu,
                       rows: int) -> list:
-    """prune._gradients on device arrays: [(weight gradient, bias gradient)] per layer, on the device."""
+    """train._gradients on device arrays: [(weight gradient, bias gradient)] per layer, on the device."""
     inputs, pre, post = [x_gpu], [], []
     for w, b, act, (out, k) in zip(weights, biases, acts, shapes):
         z = _cuda.empty(rows * out)
@@ -105,7 +105,7 @@ def _gradients_device(weights, biases, acts: Sequence[int], shapes: Sequence[tup
 
 
 def gradients(layers: Sequence, x: np.ndarray, target: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """prune._gradients on the device: (weight gradient, bias gradient) per layer of the mean softmax
+    """train._gradients on the device: (weight gradient, bias gradient) per layer of the mean softmax
     cross-entropy between the tail's output and `target` (rows of class probabilities); layers have
     .weight [out, in], .bias, .activation."""
     x, target = _check_batch(x, target, layers)
@@ -117,7 +117,7 @@ def gradients(layers: Sequence, x: np.ndarray, target: np.ndarray) -> list[tuple
 
 
 def forward(layers: Sequence, h: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
-    """prune.forward on the device: the tail's logits [n, classes] for inputs h, float32."""
+    """train.forward on the device: the tail's logits [n, classes] for inputs h, float32."""
     h = np.ascontiguousarray(h, np.float32).reshape(len(h), -1)
     if h.shape[1] != layers[0].weight.shape[1]:
         raise InputError(f"h has {h.shape[1]} values per sample, {layers[0].name} takes {layers[0].weight.shape[1]}")
@@ -138,9 +138,9 @@ def forward(layers: Sequence, h: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
 
 
 class GpuSteps:
-    """prune.NumpySteps on the device: same methods, same arithmetic (float summation order aside).
+    """train.NumpySteps on the device: same methods, same arithmetic (float summation order aside).
 
-    params: the tail's layers (prune.Dense); keep: their masks (bool arrays or None), a list this
+    params: the tail's layers (train.Dense); keep: their masks (bool arrays or None), a list this
     object updates as set_mask is called, as NumpySteps does.
     """
 

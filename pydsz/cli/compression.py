@@ -1,0 +1,226 @@
+"""DeepSZ's pipeline as commands: compress (within a loss budget), prune, and demo (both on a bundled model)."""
+from __future__ import annotations
+
+import os
+
+from ..errors import InputError
+from .options import (add_cache_argument, add_data_arguments, add_device_argument, add_metric_arguments,
+                      add_output_arguments, add_retraining_arguments, data_for, load_tflite, metrics_names, peak_memory,
+                      print_device, print_result, resolve_device, sparsity)
+
+
+def _calibration(args, model_bytes: bytes):
+    """--calibration (an .npz or a directory of images, labels unused) for this model, or None;
+    --normalize maps its pixels when it is a directory of images."""
+    from ..data import load_data
+    from ..model import TFLiteModel
+
+    if args.calibration is None:
+        return None
+    if not args.compensate:
+        raise InputError("--calibration builds the Hessians of --compensate: give --compensate too")
+    normalize = args.normalize if os.path.isdir(args.calibration) else None
+    return load_data(args.calibration, TFLiteModel(model_bytes), normalize=normalize)[0]
+
+
+def cmd_compress(args) -> None:
+    from .. import cache
+    from ..container import write_atomic
+    from ..executor import Local, make as make_executor
+    from ..pipeline import compress
+    from ..report import write_report
+
+    cache.set_limit(args.max_cache_memory)
+    device = resolve_device(args)
+    model = load_tflite(args.model)
+    x, y = data_for(args, model)
+    calibration = _calibration(args, model)
+    executor = make_executor(args.cluster, args.workers, device)
+    try:
+        if not args.quiet and not isinstance(executor, Local):
+            print(f"evaluating on {executor.description}", flush=True)
+        result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
+                          target_ratio=args.target_ratio, layers=args.layers, margin=args.margin,
+                          progress=not args.quiet, num_threads=args.num_threads, device=device, executor=executor,
+                          compensate=args.compensate, calibration=calibration)
+    finally:
+        executor.close()
+    write_atomic(args.output, result.dsz)
+    if args.report:
+        write_report(result, args.report)
+    if not args.quiet:
+        if result.metric_reason:
+            print(f"metric: {result.metric.spec} ({result.metric_reason}; --metric chooses another)")
+        for warning in result.warnings:
+            print(f"warning: {warning}")
+    print_result(result, args.quiet)
+    print_device(result, args.quiet)
+    if not args.quiet:
+        print(f"wrote {args.output} ({len(result.dsz)} bytes); peak memory {peak_memory(len(model))}")
+
+
+def _prune_sparsity(text: str):
+    """`dsz prune --sparsity`: what _sparsity takes, or an n:m pattern such as 2:4 (one-shot only)."""
+    n, colon, m = text.partition(":")
+    if colon and n.isdigit() and m.isdigit():
+        return int(n), int(m)
+    return sparsity(text)
+
+
+def cmd_prune(args) -> None:
+    from .. import cache
+    from ..container import write_atomic
+    from ..data import load_npz
+    from ..gptq import hessian_note
+    from ..oneshot import prune_model as prune_oneshot
+    from ..prune import prune_model
+
+    cache.set_limit(args.max_cache_memory)
+    model = load_tflite(args.model)
+    if args.method == "oneshot":
+        from ..data import load_data
+        from ..model import TFLiteModel
+
+        # an .npz (labels only to report and to judge --sparsity auto by) or a directory of images
+        val = data_for(args, model)
+        calibration = (load_data(args.train, TFLiteModel(model), normalize=args.normalize)[0] if args.train
+                       else val[0])
+        kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
+        result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds, auto_budget=args.auto_budget,
+                               metric=args.metric, output=args.model_output, progress=not args.quiet,
+                               num_threads=args.num_threads)
+    else:
+        if args.normalize is not None or args.metric is not None or args.model_output is not None:
+            raise InputError("--normalize, --metric and --model-output are for --method oneshot; --method retrain "
+                             "takes .npz files with labels and judges by top-1")
+        if not args.train:
+            raise InputError("--method retrain needs --train (training .npz); --method oneshot needs none")
+        if args.layers != "fc":
+            raise InputError(f"--method retrain prunes FC layers only; --layers {args.layers} needs --method oneshot")
+        if isinstance(args.sparsity, tuple):
+            raise InputError(f"n:m sparsity {args.sparsity[0]}:{args.sparsity[1]} needs --method oneshot")
+        device = resolve_device(args)
+        train, val = load_npz(args.train), load_npz(args.data)
+        result = prune_model(model, train, val, args.sparsity, epochs=args.epochs, auto_budget=args.auto_budget,
+                             distill=args.distill, progress=not args.quiet, num_threads=args.num_threads,
+                             device=device)
+    write_atomic(args.output, result.tflite)
+    if not args.quiet:
+        print(f"method: {result.method}")
+        if result.already_sparse:
+            print(f"already sparse, left as they were: {', '.join(result.already_sparse)}")
+        print("sparsity: " + ", ".join(f"{k}={v:.3f}" for k, v in result.sparsity.items()))
+        if result.seconds:
+            print("seconds per layer: " + ", ".join(f"{k}={v:.2f}" for k, v in result.seconds.items()))
+            print(f"Hessian memory: {hessian_note(model, result.pruned)}")
+        for note in result.notes:
+            print(note)
+        if result.top1_before is not None:
+            print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
+        print(f"wrote {args.output}; peak memory {peak_memory(len(model))}")
+
+
+def cmd_demo(args) -> None:
+    from ..container import write_atomic
+    from ..demo import REFERENCE, run, table
+    from ..report import layer_table, write_report
+
+    device = resolve_device(args)
+    if not args.quiet:
+        spec = REFERENCE[args.model]
+        print(f"{spec['title']}: prune " + ", ".join(f"{k}={v}" for k, v in spec["sparsity"].items())
+              + f" ({spec['epochs']} epochs on Fashion-MNIST's first 55,000 training images), then compress "
+              f"within {100 * args.max_loss:g} points of top-1 on the validation split", flush=True)
+    row = run(args.model, max_loss=args.max_loss, progress=not args.quiet, device=device)
+    if args.output:
+        write_atomic(args.output, row["result"].dsz)
+    if args.report:
+        write_report(row["result"], args.report, extra={"reference": row["summary"]})
+    print(layer_table(row["result"]))
+    print(table([row]))
+    print_device(row["result"], args.quiet)
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("compress", help="the smallest .dsz within a loss budget in a metric (DeepSZ)",
+                       description="Assess every layer's loss over error bounds, choose one bound per layer for the "
+                       "smallest size within --max-loss, verify by measuring, write the .dsz. The loss is measured "
+                       "in --metric: " + ", ".join(metrics_names()) + ".")
+    p.add_argument("model", help="input .tflite model (pruned for high ratios: see dsz prune)")
+    add_data_arguments(p, "calibration data: an .npz with x (or x0, x1, ... / the inputs' names) and, for "
+                        "label metrics, y; or a directory of PNG/JPEG images")
+    add_metric_arguments(p)
+    p.add_argument("--max-loss", type=float, default=None,
+                   help="the largest loss allowed, in the metric's unit: top1/topk/agreement/expected-top1 0.003 = 0.3 points "
+                   "(default), output-error 0.01 = 1%% relative error (default), cosine distance (default 0.001), "
+                   "psnr: the lowest PSNR in dB (default 40)")
+    p.add_argument("--target-ratio", type=float, default=None,
+                   help="instead: the least loss with the layers compressed by this ratio")
+    p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
+                   help="which layers' weights to compress (default: fc, as in DeepSZ)")
+    p.add_argument("--margin", type=float, default=1.0,
+                   help="standard deviations of the data's noise kept in hand when choosing bounds "
+                   "(default 1; 0 trusts the measured losses as they are and overfits the data)")
+    p.add_argument("--compensate", action="store_true",
+                   help="encode GPTQ-compensated float32 weights: each value's quantization error is pushed into the "
+                   "weights not yet quantized through the inverse Hessian of the layer's inputs, so the outputs "
+                   "move less at the same bound (opt-in; bench/compensate.py and bench/oneshot_conv.py measure it)")
+    p.add_argument("--calibration", metavar="PATH", default=None,
+                   help="with --compensate: the inputs the Hessians are built from (an .npz with x, or a directory "
+                   "of images, mapped by --normalize; no labels needed), disjoint from --data. Without it the "
+                   "Hessians come from --data, the compensation fits the very samples the loss is measured on, and "
+                   "a warning says so: the loss on other data is then likely larger than the budget")
+    p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, default=None,
+                       help="spread the evaluations over a local Dask cluster of this many processes "
+                       "(pip install pydsz[distributed]; with --device gpu one per GPU, where dask-cuda is "
+                       "installed); the result is the same")
+    where.add_argument("--cluster", metavar="ADDRESS", default=None,
+                       help="spread the evaluations over the Dask cluster whose scheduler is at ADDRESS "
+                       "(tcp://host:8786; see doc/distributed.md)")
+    add_device_argument(p)
+    add_cache_argument(p)
+    add_output_arguments(p, "output .dsz file")
+    p.set_defaults(func=cmd_compress)
+
+    p = sub.add_parser("prune", help="prune layers: retrain the FC tail with masks held, or one-shot from calibration data",
+                       description="--method retrain (default): prune FC layers by magnitude and retrain the FC tail "
+                       "(numpy or GPU) on cached activations; the conv trunk stays frozen. --method oneshot: prune "
+                       "the layers of --layers one at a time in execution order from calibration inputs alone "
+                       "(SparseGPT: mask and error compensation through the inverse Hessian), no training.")
+    p.add_argument("model", help="input .tflite model")
+    p.add_argument("--method", choices=["retrain", "oneshot"], default="retrain",
+                   help="retrain (needs --train) or oneshot (calibrates on --train when given, else on --data)")
+    p.add_argument("--train", help="training .npz with arrays x and y (retrain: required; oneshot: calibration set, "
+                   "an .npz or a directory of images, no labels needed)")
+    add_data_arguments(p, "validation .npz with arrays x and y (oneshot: labels optional, or a directory of images)")
+    add_metric_arguments(p)
+    p.add_argument("--sparsity", type=_prune_sparsity, required=True,
+                   help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (per layer, largest first, "
+                   "within --auto-budget), or n:m such as 2:4 (oneshot: n of every m consecutive inputs)")
+    p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
+                   help="which layers to prune (default fc; conv and all need --method oneshot)")
+    add_retraining_arguments(p)
+    p.add_argument("--auto-budget", type=float, default=0.001,
+                   help="the loss `auto` may spend on --data, one standard deviation of noise kept in hand: top-1 "
+                   "for retrain (which checks it again after the full retraining); for oneshot in --metric's unit "
+                   "(default 0.001)")
+    add_device_argument(p)
+    add_cache_argument(p)
+    add_output_arguments(p, "output .tflite file")
+    p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser("demo", help="prune and compress a bundled reference model; print the paper's table",
+                       description="The main job on a bundled model: prune (training images from Debian's "
+                       "dataset-fashion-mnist), compress within --max-loss on the validation split, report "
+                       "top-1 on the test split.")
+    # LeNet-5 by default: its result stays within the target from run to run, while LeNet-300-100's
+    # pruning loss on the validation split swings by about 0.3 points with float rounding (BLAS threads)
+    p.add_argument("--model", choices=["lenet5", "lenet300"], default="lenet5", help="bundled model (default lenet5)")
+    p.add_argument("--max-loss", type=float, default=0.003, help="top-1 loss budget (default 0.003)")
+    p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
+    p.add_argument("-o", "--output", help="also write the .dsz there")
+    add_device_argument(p)
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_demo)

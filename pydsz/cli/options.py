@@ -1,0 +1,163 @@
+"""What the dsz commands share: option types, loading the model and data an option names, resolving
+--device, and printing a result and the peak memory."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import InputError
+
+
+def _bound(value: str):
+    """A number, or a number of quantization steps for int8/uint8 layers ("2q", kept as text)."""
+    value = value.strip()
+    return value if value.lower().endswith("q") and value[:-1].isdigit() else float(value)
+
+
+def bounds(text: str):
+    """`0.005` or `2q` (every layer of that kind), `fc1=0.005,fc2=2q` (per layer), or both:
+    `0.005,fc3=0.01` (every layer not named takes the default)."""
+    from ..container import OTHERS
+
+    try:
+        if "," not in text and "=" not in text:
+            return _bound(text)
+        bounds = {}
+        for item in text.split(","):
+            name, equals, value = item.partition("=")
+            name = name.strip() if equals else OTHERS
+            if name in bounds:
+                raise ValueError(f"{'a default' if name == OTHERS else name} given twice")
+            bounds[name] = _bound(value if equals else item)
+        return bounds
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid error bound {text!r}: give a number (0.005), steps for int8 layers (2q), name=value "
+            "pairs (fc1=0.005,fc2=2q), or a default and pairs (0.005,fc3=0.01)"
+        ) from None
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True))
+
+
+def load_tflite(path) -> bytes:
+    """A .tflite file's bytes, or the decoded model of a .dsz file (told apart by magic, not name)."""
+    from ..container import MAGIC, load, read_file
+
+    data = read_file(path)
+    return load(data).tflite_bytes() if data[:4] == MAGIC else data
+
+
+def data_for(args, model_bytes: bytes):
+    """--data (an .npz or a directory of images) for this model, checked against its inputs."""
+    from ..data import load_data
+    from ..model import TFLiteModel
+
+    return load_data(args.data, TFLiteModel(model_bytes), normalize=args.normalize)
+
+
+def sparsity(text: str):
+    """`0.92` (every FC layer), `fc1=0.92,fc2=0.91` (per layer) or `auto`."""
+    if text == "auto":
+        return text
+    try:
+        return bounds(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"invalid sparsity {text!r}: give a fraction (0.92), name=value pairs (fc1=0.92,fc2=0.91) or auto"
+        ) from None
+
+
+def print_result(result, quiet: bool) -> None:
+    from ..report import layer_table, totals_line
+
+    if not quiet:
+        print(layer_table(result))
+        print(totals_line(result))
+
+
+def resolve_device(args) -> str:
+    """--device resolved to "cpu" or "gpu"; an InputError (exit 1) when the GPU is asked for and missing."""
+    from ..gpu.device import name, resolve
+
+    device = resolve(args.device)
+    if device == "gpu" and not args.quiet:
+        print(f"device: GPU ({name()})", flush=True)
+    return device
+
+
+def print_device(result, quiet: bool) -> None:
+    if not quiet and result.cpu_reason:
+        print(f"the assessment ran on the CPU: {result.cpu_reason}")
+
+
+def peak_memory(model_bytes: int) -> str:
+    """This process's peak resident memory so far, for the summary of a long command, beside what
+    it is meant to stay within: 3x the model plus the cached activations (README, large models)."""
+    from .. import cache
+
+    mib = 1 << 20
+    bound = f"within 3 x the model ({model_bytes / mib:.0f} MiB) + cached activations ({cache.peak() / mib:.0f} MiB) " \
+            f"= {(3 * model_bytes + cache.peak()) / mib:.0f} MiB"
+    try:
+        import resource
+    except ImportError:  # not on every platform
+        return f"unknown (meant to stay {bound})"
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return f"{kib / 1024:.0f} MiB (meant to stay {bound})"
+
+
+def add_retraining_arguments(p) -> None:
+    p.add_argument("--epochs", type=float, default=8, help="retraining epochs (default 8)")
+    p.add_argument("--distill", type=float, default=0.5,
+                   help="share of the unpruned model's predictions in the training target (default 0.5; 0: labels only)")
+
+
+def add_device_argument(p) -> None:
+    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="auto",
+                   help="where retraining and the assessment run the FC tail: gpu needs pip install pydsz[gpu] "
+                   "and an NVIDIA GPU; auto (default) takes the GPU when both are there")
+
+
+def _cache_size(text: str) -> str:
+    from ..cache import parse_size
+
+    try:
+        parse_size(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_cache_argument(p) -> None:
+    p.add_argument("--max-cache-memory", metavar="SIZE", type=_cache_size, default=None,
+                   help="cached activations beyond this much memory (e.g. 2G, 500M) are memory-mapped from a "
+                   "temporary file in $TMPDIR (default: all in memory)")
+
+
+def add_output_arguments(p, output_help: str) -> None:
+    """-o, --num-threads and --quiet of the commands that write one model file."""
+    p.add_argument("-o", "--output", required=True, help=output_help)
+    p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, print nothing on success")
+
+
+def metrics_names() -> list:
+    from ..metrics import BUILTIN
+
+    return [*BUILTIN, "module:function"]
+
+
+def add_data_arguments(p, data_help: str) -> None:
+    p.add_argument("--data", required=True, help=data_help)
+    p.add_argument("--normalize", choices=["0,1", "-1,1", "0,255"], default=None,
+                   help="for a directory of images and a float input: map the pixels' 0..255 onto this range")
+
+
+def add_metric_arguments(p) -> None:
+    p.add_argument("--metric", default=None,
+                   help="what the loss is measured in (default: top1 with labels, expected-top1 without, for classifiers; "
+                   "output-error otherwise): " + ", ".join(metrics_names()))
+    p.add_argument("--model-output", metavar="NAME", default=None,
+                   help="judge only this output of the model (by tensor name, or output<i>)")

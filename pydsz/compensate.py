@@ -1,0 +1,101 @@
+"""GPTQ-compensated encoding: the weights a layer is encoded from at a bound, its rounding errors pushed
+into the weights not yet rounded (pydsz.gptq), so that the outputs move less at the same bound.
+
+The assessment is handed a Compensator (pydsz.assess.Evaluator's `compensator`) and measures each
+layer's candidates as this module makes them; the bound holds on the values stored. Its Hessians
+come from calibration inputs, which should share no sample with the data the bounds are chosen on:
+`for_model` builds one and says where they overlap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Optional, Sequence
+
+import numpy as np
+
+from pydsz import runtime
+from pydsz.errors import InputError
+from pydsz.gptq import (DAMP, MAX_HESSIAN_BYTES, check_memory, grid, hessian, inverse_factor, layer_matrix,
+                        rank_warnings, selectable, solve)
+from pydsz.model import TFLiteModel
+
+SHARED_SAMPLES = ("the compensation's Hessians come from the same samples the bounds are chosen and the loss "
+                  "measured on: the compensation fits them, so the loss on other data is likely larger; give a "
+                  "separate calibration set (--calibration)")
+
+
+class Compensator:
+    """Compensated candidate weights per (layer, bound) for the assessment.
+
+    H is taken on the model as given, from the calibration inputs x: the assessment varies one layer
+    at a time with the others intact. Each layer's factor is computed on first use and kept; pruned
+    positions stay zero. `warnings` names the layers whose H x leaves singular (rank_warnings).
+    """
+
+    def __init__(self, tflite_bytes: bytes, x: np.ndarray, layers: Sequence[str], damp: float = DAMP,
+                 max_hessian_bytes: int = MAX_HESSIAN_BYTES, num_threads: Optional[int] = None):
+        self.model = TFLiteModel(tflite_bytes)
+        self.layers = {name: self.model.layer(name) for name in layers}
+        check_memory(list(self.layers.values()), max_hessian_bytes)
+        self.x, self.damp, self.num_threads = x, damp, num_threads
+        samples = len(x[0]) if isinstance(x, (list, tuple)) else len(x)
+        self.warnings = rank_warnings(self.model, list(self.layers.values()), samples)
+        self._factors: dict[str, list[np.ndarray]] = {}
+
+    def __getstate__(self) -> dict:
+        # another process (a Dask worker) computes the factors it needs: they are layer-sized squared
+        return {**self.__dict__, "_factors": {}}
+
+    def weights(self, name: str, bound: float) -> np.ndarray:
+        """The layer's weights compensated at absolute `bound` (float32, on the codec's grid);
+        bound 0 (lossless) gives them back unchanged."""
+        if name not in self.layers:
+            raise InputError(f"layer {name!r} is not one the compensator was built for ({', '.join(self.layers)})")
+        layer = self.layers[name]
+        weight = np.array(self.model.weight(layer), np.float32)
+        if bound == 0:
+            return weight
+        if name not in self._factors:
+            h = hessian(self.model, layer, self.x, num_threads=self.num_threads)
+            self._factors[name] = [inverse_factor(g, self.damp) for g in h]
+        pruned = layer_matrix(layer, weight) == 0
+        return solve(layer, weight, self._factors[name], pruned=pruned, quantize=lambda v: grid(v, bound))
+
+
+def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibration=None,
+              num_threads: Optional[int] = None) -> tuple[Compensator, list[str]]:
+    """The Compensator of the named layers that it can change (float32 weights of one layer each), and
+    the warnings about its data. x: the decisions' inputs, fitted (runtime.fit_inputs); calibration:
+    the inputs its Hessians come from (as x takes them), or None to take x, which a warning then
+    says fits the very samples the loss is measured on."""
+    model = TFLiteModel(tflite_bytes)
+    chosen = [layer.name for layer in selectable(model, ("fc", "conv")) if layer.name in layer_names]
+    own = x if calibration is None else runtime.fit_inputs(model.input_details(), calibration, source="calibration")
+    compensator = Compensator(tflite_bytes, own[0] if len(own) == 1 else own, chosen, num_threads=num_threads)
+    if not chosen:
+        return compensator, []
+    warnings = [SHARED_SAMPLES] if calibration is None else _overlap_warnings(x, own)
+    return compensator, warnings + compensator.warnings
+
+
+def _sample_digests(x) -> list[bytes]:
+    """One digest per sample of fitted inputs (an array, or a list of one per model input)."""
+    arrays = [np.ascontiguousarray(a) for a in (x if isinstance(x, (list, tuple)) else [x])]
+    digests = []
+    for i in range(len(arrays[0])):
+        h = hashlib.blake2b(digest_size=16)
+        for a in arrays:
+            h.update(a[i].tobytes())
+        digests.append(h.digest())
+    return digests
+
+
+def _overlap_warnings(x, calibration) -> list[str]:
+    """A warning when calibration samples also appear in x (the same file given twice, say)."""
+    data, own = set(_sample_digests(x)), _sample_digests(calibration)
+    shared = sum(d in data for d in own)
+    if not shared:
+        return []
+    return [f"{shared} of the {len(own)} calibration samples are also in the data the bounds are chosen on: "
+            "there the compensation fits the samples it is judged on"]
