@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h" /* dsz_f16_to_f32, to compare float16 values */
+#include "common.h" /* dszi_f16_to_f32, to compare float16 values */
 #include "fuzz_common.h"
 
 #define HEADER 5
@@ -183,7 +183,7 @@ static size_t enc_typed_sparse(void* dst, size_t cap, const void* ctx)
 
 static float typed_value(const uint8_t* raw, unsigned dtype, size_t i)
 {
-    if (dtype == DSZ_DTYPE_FLOAT16) return dsz_f16_to_f32((uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8);
+    if (dtype == DSZ_DTYPE_FLOAT16) return dszi_f16_to_f32((uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8);
     return dtype == DSZ_DTYPE_INT8 ? (float)(int8_t)raw[i] : (float)raw[i];
 }
 

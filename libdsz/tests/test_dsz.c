@@ -50,7 +50,7 @@ static int within(const float* x, const float* y, size_t n, double eb)
 
 static void test_errors(void)
 {
-    size_t const e = DSZ_ERROR(corruption_detected);
+    size_t const e = DSZI_ERROR(corruption_detected);
     CHECK(dsz_isError(e));
     CHECK(!dsz_isError(0) && !dsz_isError(12345));
     CHECK(dsz_getErrorCode(e) == DSZ_error_corruption_detected);
@@ -166,13 +166,13 @@ static void test_header(void)
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_corruption_detected);
     buf[11] = 0;
     /* shape whose product overflows */
-    dsz_wr64(buf + 48, 1ull << 40);
-    dsz_wr64(buf + 56, 1ull << 40);
+    dszi_wr64(buf + 48, 1ull << 40);
+    dszi_wr64(buf + 56, 1ull << 40);
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_corruption_detected);
     /* 2^32 values: a count the format allows, more than a 32-bit build can address (refused as
      * unsupported there); a 64-bit build finds the data section too short for them */
-    dsz_wr64(buf + 48, 1ull << 16);
-    dsz_wr64(buf + 56, 1ull << 16);
+    dszi_wr64(buf + 48, 1ull << 16);
+    dszi_wr64(buf + 56, 1ull << 16);
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) ==
           (sizeof(size_t) < 8 ? DSZ_error_frameParameter_unsupported : DSZ_error_corruption_detected));
 }
@@ -183,8 +183,8 @@ static size_t table(uint8_t* t, unsigned maxLen, uint32_t lo, const unsigned* le
     memset(t, 0, 64);
     t[0] = (uint8_t)maxLen;
     t[1] = 0;
-    dsz_wr32(t + 2, lo);
-    dsz_wr32(t + 6, lo + count - 1);
+    dszi_wr32(t + 2, lo);
+    dszi_wr32(t + 6, lo + count - 1);
     for (i = 0; i < count; i++) t[10 + i / 2] |= (uint8_t)(lens[i] << ((i & 1) ? 0 : 4));
     return 10 + (count + 1) / 2;
 }
@@ -192,21 +192,21 @@ static size_t table(uint8_t* t, unsigned maxLen, uint32_t lo, const unsigned* le
 static void test_huffman_tables(void)
 {
     uint8_t t[64];
-    dsz_hufDec d;
+    dszi_hufDec d;
     static const unsigned complete[] = {1, 2, 3, 3};
     static const unsigned over[] = {1, 2, 2, 3};
     static const unsigned incomplete[] = {1, 2, 3};
     static const unsigned single[] = {1};
-    size_t r = dsz_huf_readTable(&d, t, table(t, 3, 5, complete, 4), 16);
+    size_t r = dszi_huf_readTable(&d, t, table(t, 3, 5, complete, 4), 16);
     CHECK(!dsz_isError(r));
-    dsz_huf_freeDec(&d);
-    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 3, 5, over, 4), 16)));
-    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 3, 5, incomplete, 3), 16)));
-    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 4, 5, complete, 4), 16))); /* maxLen lies */
-    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 3, 14, complete, 4), 16))); /* past alphabet */
-    r = dsz_huf_readTable(&d, t, table(t, 1, 3, single, 1), 16);
+    dszi_huf_freeDec(&d);
+    CHECK(dsz_isError(dszi_huf_readTable(&d, t, table(t, 3, 5, over, 4), 16)));
+    CHECK(dsz_isError(dszi_huf_readTable(&d, t, table(t, 3, 5, incomplete, 3), 16)));
+    CHECK(dsz_isError(dszi_huf_readTable(&d, t, table(t, 4, 5, complete, 4), 16))); /* maxLen lies */
+    CHECK(dsz_isError(dszi_huf_readTable(&d, t, table(t, 3, 14, complete, 4), 16))); /* past alphabet */
+    r = dszi_huf_readTable(&d, t, table(t, 1, 3, single, 1), 16);
     CHECK(!dsz_isError(r) && d.single);
-    dsz_huf_freeDec(&d);
+    dszi_huf_freeDec(&d);
 }
 
 /* dsz_decodeSparseCSR on a frame's raw sections against the dense decoder's result rd and matrix y
@@ -387,7 +387,7 @@ static void half_case(const uint16_t* h, size_t n, double eb, unsigned pred)
         CHECK(dsz_getErrorCode(dsz_decompressArray((float*)out, n, &f, buf + hs, cs - hs)) ==
               DSZ_error_frameParameter_unsupported || r);
         for (i = 0; i < n; i++) {
-            float const x = dsz_f16_to_f32(h[i]), y = dsz_f16_to_f32(out[i]);
+            float const x = dszi_f16_to_f32(h[i]), y = dszi_f16_to_f32(out[i]);
             if (isfinite(x)) CHECK(fabs((double)x - (double)y) <= eb && (!r || (x == 0.0f) == (y == 0.0f)));
             else CHECK(h[i] == out[i]);
         }
@@ -406,13 +406,13 @@ static void test_half(void)
     size_t i;
     float f;
     /* the conversions: exact both ways for every float16 pattern (NaN payloads included) */
-    for (i = 0; i < 65536; i++) CHECK(dsz_f32_to_f16(dsz_f16_to_f32((uint32_t)i)) == i);
-    CHECK(dsz_f16_round(65519.0) == 65504.0f && dsz_f16_round(65520.0) == 0.0f);
-    CHECK(dsz_f16_round(1.0 + 1.0 / 2048) == 1.0f && dsz_f16_round(1.0 + 3.0 / 2048) == 1.0f + 2.0f / 1024);
-    CHECK(dsz_f16_round(2.9802322387695312e-08) == 0.0f && dsz_f16_round(3e-8) == 5.9604644775390625e-08f);
+    for (i = 0; i < 65536; i++) CHECK(dszi_f32_to_f16(dszi_f16_to_f32((uint32_t)i)) == i);
+    CHECK(dszi_f16_round(65519.0) == 65504.0f && dszi_f16_round(65520.0) == 0.0f);
+    CHECK(dszi_f16_round(1.0 + 1.0 / 2048) == 1.0f && dszi_f16_round(1.0 + 3.0 / 2048) == 1.0f + 2.0f / 1024);
+    CHECK(dszi_f16_round(2.9802322387695312e-08) == 0.0f && dszi_f16_round(3e-8) == 5.9604644775390625e-08f);
     for (i = 0; i < n; i++) {
         f = laplace(0.05);
-        h[i] = (uint16_t)dsz_f32_to_f16(dsz_f16_round(f));
+        h[i] = (uint16_t)dszi_f32_to_f16(dszi_f16_round(f));
     }
     half_case(h, n, 1e-3, DSZ_PRED_NONE);
     half_case(h, n, 1e-3, DSZ_PRED_LORENZO);
@@ -482,7 +482,7 @@ static void test_sparse_fast_path(void)
     for (i = 0; i < n; i++) {
         double const v = unif() < 0.1 ? laplace(30.0) : 0.0;
         x[i] = (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
-        h[i] = (uint16_t)dsz_f32_to_f16((float)x[i] / 64.0f);
+        h[i] = (uint16_t)dszi_f32_to_f16((float)x[i] / 64.0f);
     }
     for (i = 1000; i < 3000; i++) x[i] = 0, h[i] = 0; /* gaps past 255: fillers */
     for (t = 0; t < 2; t++) {
@@ -497,7 +497,7 @@ static void test_sparse_fast_path(void)
         CHECK(dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize) == f.nnz);
         for (i = 0; i < n; i++) {
             if (t) {
-                float const a = dsz_f16_to_f32(h[i]), b = dsz_f16_to_f32(dsz_rd16(out + 2 * i));
+                float const a = dszi_f16_to_f32(h[i]), b = dszi_f16_to_f32(dszi_rd16(out + 2 * i));
                 CHECK((a == 0) == (b == 0) && fabs((double)a - (double)b) <= 1e-3);
             } else {
                 CHECK((x[i] == 0) == ((int8_t)out[i] == 0) && abs((int8_t)out[i] - x[i]) <= 1);
@@ -508,7 +508,7 @@ static void test_sparse_fast_path(void)
             buf[at] ^= (uint8_t)(1u << (at & 7));
             memset(out, 0, 2 * n);
             r = dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize);
-            dsz_dtype_load(wide, out, dtype, n);
+            dszi_dtype_load(wide, out, dtype, n);
             csr_case(&f, buf + hs, r, wide, 0);
             buf[at] ^= (uint8_t)(1u << (at & 7));
         }
@@ -546,7 +546,7 @@ static void test_sparse_csr(void)
                     if (dtype == DSZ_DTYPE_INT8) v = v > 127 ? 127 : v < -128 ? -128 : v > 0 ? ceilf(v) : floorf(v);
                     if (dtype == DSZ_DTYPE_UINT8) v = fabsf(v) > 255 ? 255 : ceilf(fabsf(v));
                     memcpy(&bits, &v, 4);
-                    dsz_outlier_write(raw + dsz_dtype_size(dtype) * i, bits, dtype);
+                    dszi_outlier_write(raw + dszi_dtype_size(dtype) * i, bits, dtype);
                 }
                 cs = dsz_encodeSparseTyped(buf, cap, raw, dtype, rows, cols, &p, codec);
                 hs = dsz_getFrameInfo(&f, buf, cs);
@@ -555,7 +555,7 @@ static void test_sparse_csr(void)
                 r = dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize,
                                           f.indexRawSize);
                 CHECK(r == f.nnz);
-                dsz_dtype_load(wide, out, dtype, n);
+                dszi_dtype_load(wide, out, dtype, n);
                 csr_case(&f, buf + hs, r, wide, 1);
             }
     { /* an empty matrix of 2^31 + 1 columns */
