@@ -1,5 +1,4 @@
 /* The array codec: a frame header followed by one data section. */
-#include <math.h>
 #include <stdlib.h>
 
 #include "common.h"
@@ -13,22 +12,9 @@ size_t dsz_compressBound(size_t n, unsigned radius)
     return ARRAY_HEADER_MAX + b;
 }
 
-/* shared by the array and sparse encoders; returns 0 or an error */
-size_t dszi_checkParams(const dsz_params* p, unsigned* radius)
-{
-    if (!p) return DSZI_ERROR(parameter_unsupported);
-    if (!(isfinite(p->errorBound) && p->errorBound > 0) || !isfinite(p->userBound)) return DSZI_ERROR(parameter_outOfBound);
-    if (p->predictor != DSZ_PRED_NONE && p->predictor != DSZ_PRED_LORENZO && p->predictor != DSZ_PRED_AUTO)
-        return DSZI_ERROR(parameter_unsupported);
-    if (p->mode > DSZ_MODE_REL) return DSZI_ERROR(parameter_unsupported);
-    *radius = p->radius ? p->radius : DSZ_RADIUS_DEFAULT;
-    if (*radius > DSZ_RADIUS_MAX) return DSZI_ERROR(parameter_outOfBound);
-    return 0;
-}
-
 /* src: n floats (float32) or n values of dtype converted to floats by the caller */
 static size_t compress_floats(uint8_t* dst, size_t cap, const float* src, uint64_t n, unsigned dtype,
-                              const unsigned long long* shape, unsigned ndim, const dsz_params* p, unsigned radius)
+                              const unsigned long long* shape, unsigned ndim, const dsz_params* p)
 {
     dsz_frameInfo f;
     dszi_quant q;
@@ -41,12 +27,12 @@ static size_t compress_floats(uint8_t* dst, size_t cap, const float* src, uint64
     f.ndim = ndim;
     for (i = 0; i < ndim; i++) f.shape[i] = shape[i];
     f.mode = p->mode;
-    f.radius = radius;
+    f.radius = p->radius;
     f.errorBound = p->errorBound;
     f.userBound = p->userBound;
     hs = 48 + 8 * (size_t)ndim;
     if (cap < hs) return DSZI_ERROR(dstSize_tooSmall);
-    dszi_quant_init(&q, p->errorBound, radius, 0, dtype);
+    dszi_quant_init(&q, p->errorBound, p->radius, 0, dtype);
     pred = p->predictor;
     ds = dszi_data_encode(dst + hs, cap - hs, src, (size_t)n, &q, &pred);
     if (dsz_isError(ds)) return ds;
@@ -72,32 +58,30 @@ static size_t check_shape(const unsigned long long* shape, unsigned ndim, uint64
 size_t dsz_compress(void* dst, size_t cap, const float* src, const unsigned long long* shape, unsigned ndim,
                     const dsz_params* p)
 {
-    unsigned radius = 0;
     uint64_t n;
-    DSZI_CHECK(dszi_checkParams(p, &radius));
+    DSZI_CHECK(dszi_checkParams(p));
     DSZI_CHECK(check_shape(shape, ndim, &n));
     if (n && !src) return DSZI_ERROR(parameter_unsupported);
-    return compress_floats((uint8_t*)dst, cap, src, n, DSZ_DTYPE_FLOAT32, shape, ndim, p, radius);
+    return compress_floats((uint8_t*)dst, cap, src, n, DSZ_DTYPE_FLOAT32, shape, ndim, p);
 }
 
 size_t dsz_compressTyped(void* dst, size_t cap, const void* src, unsigned dtype, const unsigned long long* shape,
                          unsigned ndim, const dsz_params* p)
 {
-    unsigned radius = 0;
     uint64_t n;
     float* vals;
     size_t r;
-    DSZI_CHECK(dszi_checkParams(p, &radius));
+    DSZI_CHECK(dszi_checkParams(p));
     DSZI_CHECK(check_shape(shape, ndim, &n));
     if (!dszi_dtype_size(dtype)) return DSZI_ERROR(parameter_unsupported);
     if (!dszi_dtype_bound_ok(dtype, p->errorBound)) return DSZI_ERROR(parameter_outOfBound);
     if (n && !src) return DSZI_ERROR(parameter_unsupported);
-    if (dtype == DSZ_DTYPE_FLOAT32) return compress_floats((uint8_t*)dst, cap, (const float*)src, n, dtype, shape, ndim, p, radius);
+    if (dtype == DSZ_DTYPE_FLOAT32) return compress_floats((uint8_t*)dst, cap, (const float*)src, n, dtype, shape, ndim, p);
     if (n > (uint64_t)((size_t)-1 / sizeof(float))) return DSZI_ERROR(parameter_outOfBound);
     vals = (float*)malloc(sizeof(float) * (n ? (size_t)n : 1));
     if (!vals) return DSZI_ERROR(memory_allocation);
     dszi_dtype_load(vals, src, dtype, (size_t)n);
-    r = compress_floats((uint8_t*)dst, cap, vals, n, dtype, shape, ndim, p, radius);
+    r = compress_floats((uint8_t*)dst, cap, vals, n, dtype, shape, ndim, p);
     free(vals);
     return r;
 }

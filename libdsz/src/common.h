@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+/* the library implements the experimental section too */
+#define DSZ_STATIC_LINKING_ONLY
 #include "dsz.h"
 
 /* The encoder checks each reconstruction against the bound and the decoder must rebuild the same
@@ -359,8 +361,16 @@ size_t dszi_bitmap_positions(dszi_bitmapDec* b, uint64_t n, size_t* pos, size_t 
 /* frame.c: consistency of a frame description (limits, ids, sizes); returns 0 or an error */
 size_t dszi_frame_check(const dsz_frameInfo* f);
 
-/* array.c: validate compression parameters, resolving the default radius */
-size_t dszi_checkParams(const dsz_params* p, unsigned* radius);
+/* params.c: the encoder parameters behind dsz.h's opaque dsz_params, each checked as it is set */
+struct dsz_params_s {
+    double errorBound; /* 0 until set */
+    double userBound;  /* what the frame stores as the user's bound: errorBound until set */
+    int userBoundSet;
+    unsigned mode, predictor;
+    unsigned radius;   /* 1..DSZ_RADIUS_MAX */
+};
+/* whether an encoder can take the parameters (not NULL, the error bound set); returns 0 or an error */
+size_t dszi_checkParams(const dsz_params* p);
 
 /* sparse.c: worst-case index section size */
 size_t dszi_index_bound(unsigned codec, uint64_t nElements, uint64_t nnz);

@@ -114,7 +114,7 @@ size_t dsz_encodeSparseIndex(void* dst, size_t cap, const float* w, size_t rows,
 
 /* w: the matrix as floats (float32, or values of dtype converted by the caller) */
 static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned dtype, size_t rows, size_t cols,
-                            const dsz_params* p, unsigned radius, unsigned codec)
+                            const dsz_params* p, unsigned codec)
 {
     dsz_frameInfo f;
     dszi_quant q;
@@ -128,7 +128,7 @@ static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned d
     if (!vals) return DSZI_ERROR(memory_allocation);
     for (i = 0, k = 0; i < n; i++)
         if (w[i] != 0.0f) vals[k++] = w[i];
-    dszi_quant_init(&q, p->errorBound, radius, 1, dtype);
+    dszi_quant_init(&q, p->errorBound, p->radius, 1, dtype);
     pred = p->predictor;
     ds = dszi_data_encode(dst + SPARSE_HEADER, cap - SPARSE_HEADER, vals, nnz, &q, &pred);
     free(vals);
@@ -145,7 +145,7 @@ static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned d
     f.nnz = nnz;
     f.predictor = pred;
     f.mode = p->mode;
-    f.radius = radius;
+    f.radius = p->radius;
     f.indexCodec = codec;
     f.errorBound = p->errorBound;
     f.userBound = p->userBound;
@@ -164,21 +164,20 @@ size_t dsz_encodeSparse(void* dst, size_t cap, const float* w, size_t rows, size
 size_t dsz_encodeSparseTyped(void* dst, size_t cap, const void* w, unsigned dtype, size_t rows, size_t cols,
                              const dsz_params* p, unsigned codec)
 {
-    unsigned radius = 0;
     size_t n, r;
     float* vals;
-    DSZI_CHECK(dszi_checkParams(p, &radius));
+    DSZI_CHECK(dszi_checkParams(p));
     if (codec > DSZ_INDEX_BITMAP || !dszi_dtype_size(dtype)) return DSZI_ERROR(parameter_unsupported);
     if (!dszi_dtype_bound_ok(dtype, p->errorBound)) return DSZI_ERROR(parameter_outOfBound);
     if (!dszi_matrix_fits(rows, cols)) return DSZI_ERROR(parameter_outOfBound);
     n = rows * cols;
     if (n && !w) return DSZI_ERROR(parameter_unsupported);
-    if (dtype == DSZ_DTYPE_FLOAT32) return encode_floats((uint8_t*)dst, cap, (const float*)w, dtype, rows, cols, p, radius, codec);
+    if (dtype == DSZ_DTYPE_FLOAT32) return encode_floats((uint8_t*)dst, cap, (const float*)w, dtype, rows, cols, p, codec);
     if (n > (size_t)-1 / sizeof(float)) return DSZI_ERROR(parameter_outOfBound);
     vals = (float*)malloc(sizeof(float) * (n ? n : 1));
     if (!vals) return DSZI_ERROR(memory_allocation);
     dszi_dtype_load(vals, w, dtype, n);
-    r = encode_floats((uint8_t*)dst, cap, vals, dtype, rows, cols, p, radius, codec);
+    r = encode_floats((uint8_t*)dst, cap, vals, dtype, rows, cols, p, codec);
     free(vals);
     return r;
 }
