@@ -39,3 +39,8 @@ def test_shared_library_exports_only_dsz_h_and_runs_the_example():
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert "exactly dsz.h's" in r.stdout
     assert "largest error" in r.stdout
+
+
+def test_readme_example_is_the_one_make_check_runs():
+    example = (LIBDSZ / "examples" / "roundtrip.c").read_text()
+    assert example[example.index("#include <math.h>"):] in (LIBDSZ / "README.md").read_text()
