@@ -10,8 +10,9 @@ from setuptools import Extension, setup
 if sys.byteorder != "little":
     sys.exit("pydsz supports little-endian hosts only (x86-64, ARM, RISC-V); big-endian hosts are out of scope")
 
-# -O3 for the decoder's hot loops; MSVC takes its own flags
-extra = [] if sys.platform == "win32" else ["-O3", "-std=c99", "-Wall", "-Wextra"]
+# -O3 for the decoder's hot loops; hidden visibility exports only the module's init function and
+# dsz.h's functions (DSZ_API), none of libdsz's internals; MSVC takes its own flags
+extra = [] if sys.platform == "win32" else ["-O3", "-std=c99", "-Wall", "-Wextra", "-fvisibility=hidden"]
 
 core = Extension(
     "pydsz._core",

@@ -14,13 +14,18 @@ import numpy as np
 from pydsz.errors import FormatError
 
 
+# libdsz is compiled into this module: its experimental, section-level API (dsz_frameInfo) is ours
+cdef extern from *:
+    """
+    #define DSZ_STATIC_LINKING_ONLY
+    """
+
 cdef extern from "dsz.h" nogil:
     ctypedef struct dsz_params:
-        double errorBound
-        double userBound
-        unsigned mode
-        unsigned predictor
-        unsigned radius
+        pass
+
+    ctypedef enum dsz_parameter:
+        dsz_p_errorBound, dsz_p_userBound, dsz_p_mode, dsz_p_predictor, dsz_p_radius
 
     ctypedef struct dsz_frameInfo:
         unsigned kind, version, dtype, ndim, predictor, mode, radius
@@ -35,6 +40,9 @@ cdef extern from "dsz.h" nogil:
     const char* dsz_getErrorName(size_t code)
     int dsz_getErrorCode(size_t code)
     unsigned dsz_versionNumber()
+    dsz_params* dsz_createParams()
+    size_t dsz_freeParams(dsz_params* params)
+    size_t dsz_params_setParameter(dsz_params* params, dsz_parameter param, double value)
     size_t dsz_compressBound(size_t n, unsigned radius)
     size_t dsz_compress(void* dst, size_t cap, const float* src, const unsigned long long* shape,
                         unsigned ndim, const dsz_params* params)
@@ -81,13 +89,22 @@ cdef size_t check(size_t r, str context) except? 0:
     return r
 
 
-cdef void fill_params(dsz_params* p, double eb, double user, unsigned mode, unsigned predictor,
-                      unsigned radius):
-    p.errorBound = eb
-    p.userBound = user
-    p.mode = mode
-    p.predictor = predictor
-    p.radius = radius
+cdef dsz_params* new_params(double eb, double user, unsigned mode, unsigned predictor, unsigned radius,
+                            str context) except NULL:
+    """A parameter object set to the arguments; the caller frees it with dsz_freeParams."""
+    cdef dsz_params* p = dsz_createParams()
+    if p == NULL:
+        raise MemoryError()
+    try:
+        check(dsz_params_setParameter(p, dsz_p_errorBound, eb), context)
+        check(dsz_params_setParameter(p, dsz_p_userBound, user), context)
+        check(dsz_params_setParameter(p, dsz_p_mode, mode), context)
+        check(dsz_params_setParameter(p, dsz_p_predictor, predictor), context)
+        check(dsz_params_setParameter(p, dsz_p_radius, radius), context)
+    except BaseException:
+        dsz_freeParams(p)
+        raise
+    return p
 
 
 cdef bytes take(uint8_t* buf, size_t size):
@@ -99,7 +116,7 @@ def compress(const float[::1] x, tuple shape, double eb, double user, unsigned m
     """Array frame (sections raw) of the C-ordered values x with the given shape."""
     cdef unsigned long long cshape[8]
     cdef unsigned ndim = len(shape), i
-    cdef dsz_params p
+    cdef dsz_params* p = NULL
     cdef size_t n = x.shape[0], cap, r
     cdef uint8_t* dst
     cdef const float* src = &x[0] if n else NULL
@@ -107,17 +124,18 @@ def compress(const float[::1] x, tuple shape, double eb, double user, unsigned m
         raise ValueError(f"at most 8 dimensions are supported, got {ndim}")
     for i in range(ndim):
         cshape[i] = shape[i]
-    fill_params(&p, eb, user, mode, predictor, radius)
     cap = check(dsz_compressBound(n, radius), "compressBound")
     dst = <uint8_t*>malloc(cap)
     if dst == NULL:
         raise MemoryError()
     try:
+        p = new_params(eb, user, mode, predictor, radius, "compress")
         with nogil:
-            r = dsz_compress(dst, cap, src, cshape, ndim, &p)
+            r = dsz_compress(dst, cap, src, cshape, ndim, p)
         check(r, "compress")
         return take(dst, r)
     finally:
+        dsz_freeParams(p)
         free(dst)
 
 
@@ -126,7 +144,7 @@ def compress_typed(const uint8_t[::1] raw, unsigned dtype, unsigned itemsize, tu
     """Array frame (sections raw) of the values of dtype in raw (C order, little-endian)."""
     cdef unsigned long long cshape[8]
     cdef unsigned ndim = len(shape), i
-    cdef dsz_params p
+    cdef dsz_params* p = NULL
     cdef size_t n = raw.shape[0] // itemsize, cap, r
     cdef uint8_t* dst
     cdef const uint8_t* src = &raw[0] if raw.shape[0] else NULL
@@ -134,17 +152,18 @@ def compress_typed(const uint8_t[::1] raw, unsigned dtype, unsigned itemsize, tu
         raise ValueError(f"at most 8 dimensions are supported, got {ndim}")
     for i in range(ndim):
         cshape[i] = shape[i]
-    fill_params(&p, eb, user, mode, predictor, radius)
     cap = check(dsz_compressBound(n, radius), "compressBound")
     dst = <uint8_t*>malloc(cap)
     if dst == NULL:
         raise MemoryError()
     try:
+        p = new_params(eb, user, mode, predictor, radius, "compress")
         with nogil:
-            r = dsz_compressTyped(dst, cap, src, dtype, cshape, ndim, &p)
+            r = dsz_compressTyped(dst, cap, src, dtype, cshape, ndim, p)
         check(r, "compress")
         return take(dst, r)
     finally:
+        dsz_freeParams(p)
         free(dst)
 
 
@@ -235,21 +254,22 @@ def decompress_typed(dict info, const uint8_t[::1] data, uint8_t[::1] out, unsig
 def encode_sparse_typed(const uint8_t[::1] raw, unsigned dtype, size_t rows, size_t cols, double eb,
                         double user, unsigned mode, unsigned predictor, unsigned radius, unsigned index_codec):
     """Sparse frame (sections raw) of the rows x cols values of dtype in raw (C order, little-endian)."""
-    cdef dsz_params p
+    cdef dsz_params* p = NULL
     cdef size_t cap, r
     cdef const uint8_t* src = &raw[0] if raw.shape[0] else NULL
     cdef uint8_t* dst
-    fill_params(&p, eb, user, mode, predictor, radius)
     cap = check(dsz_sparseBound(rows, cols, rows * cols, radius), "sparseBound")
     dst = <uint8_t*>malloc(cap)
     if dst == NULL:
         raise MemoryError()
     try:
+        p = new_params(eb, user, mode, predictor, radius, "encodeSparse")
         with nogil:
-            r = dsz_encodeSparseTyped(dst, cap, src, dtype, rows, cols, &p, index_codec)
+            r = dsz_encodeSparseTyped(dst, cap, src, dtype, rows, cols, p, index_codec)
         check(r, "encodeSparse")
         return take(dst, r)
     finally:
+        dsz_freeParams(p)
         free(dst)
 
 
@@ -271,21 +291,22 @@ def decode_sparse_typed(dict info, const uint8_t[::1] data, const uint8_t[::1] i
 def encode_sparse(const float[:, ::1] w, double eb, double user, unsigned mode, unsigned predictor,
                   unsigned radius, unsigned index_codec):
     """Sparse frame (sections raw) of the C-ordered matrix w."""
-    cdef dsz_params p
+    cdef dsz_params* p = NULL
     cdef size_t rows = w.shape[0], cols = w.shape[1], cap, r
     cdef const float* src = &w[0, 0] if rows * cols else NULL
     cdef uint8_t* dst
-    fill_params(&p, eb, user, mode, predictor, radius)
     cap = check(dsz_sparseBound(rows, cols, rows * cols, radius), "sparseBound")
     dst = <uint8_t*>malloc(cap)
     if dst == NULL:
         raise MemoryError()
     try:
+        p = new_params(eb, user, mode, predictor, radius, "encodeSparse")
         with nogil:
-            r = dsz_encodeSparse(dst, cap, src, rows, cols, &p, index_codec)
+            r = dsz_encodeSparse(dst, cap, src, rows, cols, p, index_codec)
         check(r, "encodeSparse")
         return take(dst, r)
     finally:
+        dsz_freeParams(p)
         free(dst)
 
 

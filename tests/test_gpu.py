@@ -66,7 +66,7 @@ BOUNDS = [1e-4, 1e-3, 3.7e-3, 1e-2]
 
 
 def _libdsz_quantizer(tmp_path):
-    """libdsz/src/quantize.c compiled alone, called through ctypes (its internal dsz_quantize)."""
+    """libdsz/src/quantize.c compiled alone, called through ctypes (its internal dszi_quantize)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
@@ -76,7 +76,7 @@ def _libdsz_quantizer(tmp_path):
     return ctypes.CDLL(str(lib))
 
 
-class _Quant(ctypes.Structure):  # dsz_quant in libdsz/src/common.h
+class _Quant(ctypes.Structure):  # dszi_quant in libdsz/src/common.h
     _fields_ = [("eb", ctypes.c_double), ("step", ctypes.c_double), ("inv", ctypes.c_double),
                 ("radius", ctypes.c_uint), ("keepNonzero", ctypes.c_int), ("dtype", ctypes.c_uint)]
 DTYPE_FLOAT32 = 1  # DSZ_DTYPE_FLOAT32 in libdsz/include/dsz.h
@@ -89,12 +89,12 @@ def test_reference_codes_are_libdsz_codes(tmp_path, keep_nonzero):
     for eb in BOUNDS:
         x = _awkward_values(eb, rng)
         q = _Quant()
-        lib.dsz_quant_init(ctypes.byref(q), ctypes.c_double(eb), ctypes.c_uint(32768), ctypes.c_int(keep_nonzero),
+        lib.dszi_quant_init(ctypes.byref(q), ctypes.c_double(eb), ctypes.c_uint(32768), ctypes.c_int(keep_nonzero),
                            ctypes.c_uint(DTYPE_FLOAT32))
         sym = np.zeros(x.size, np.uint32)
         outl = np.zeros(x.size, np.uint32)
         hist = np.zeros(2 * 32768, np.uint64)
-        nout = lib.dsz_quantize(ctypes.byref(q), ctypes.c_uint(0), x.ctypes.data_as(ctypes.c_void_p),
+        nout = lib.dszi_quantize(ctypes.byref(q), ctypes.c_uint(0), x.ctypes.data_as(ctypes.c_void_p),
                                 ctypes.c_size_t(x.size), sym.ctypes.data_as(ctypes.c_void_p),
                                 outl.ctypes.data_as(ctypes.c_void_p), hist.ctypes.data_as(ctypes.c_void_p))
         ref_sym, ref_outl, ref_hist = reference.quantize(x, eb, keep_nonzero=keep_nonzero)

@@ -28,7 +28,7 @@ static size_t data_sizes[MAX_NNZ + 1];
 static const uint8_t* data_section(size_t nnz, size_t* size)
 {
     if (!data_sections[nnz]) {
-        dsz_params const p = {0.25, 0.25, DSZ_MODE_ABS, DSZ_PRED_LORENZO, RADIUS};
+        dsz_params* const p = fuzz_params(0.25, DSZ_MODE_ABS, DSZ_PRED_LORENZO, RADIUS);
         unsigned long long const shape[1] = {nnz};
         size_t const cap = dsz_compressBound(nnz, RADIUS);
         float* const v = fuzz_floats(nnz, 0);
@@ -37,7 +37,7 @@ static const uint8_t* data_section(size_t nnz, size_t* size)
         size_t i, r, hs;
         FUZZ_CHECK(frame != NULL, "out of memory");
         for (i = 0; i < nnz; i++) v[i] = (float)(i + 1);
-        r = dsz_compress(frame, cap, v, shape, 1, &p);
+        r = dsz_compress(frame, cap, v, shape, 1, p);
         FUZZ_CHECK(!dsz_isError(r), "%s", dsz_getErrorName(r));
         hs = dsz_getFrameInfo(&f, frame, r);
         FUZZ_CHECK(!dsz_isError(hs), "%s", dsz_getErrorName(hs));
@@ -47,6 +47,7 @@ static const uint8_t* data_section(size_t nnz, size_t* size)
         memcpy(data_sections[nnz], frame + hs, r - hs);
         free(frame);
         free(v);
+        dsz_freeParams(p);
     }
     *size = data_sizes[nnz];
     return data_sections[nnz];

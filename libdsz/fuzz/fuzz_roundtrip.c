@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h" /* dsz_f16_to_f32, to compare float16 values */
+#include "common.h" /* dszi_f16_to_f32, to compare float16 values */
 #include "fuzz_common.h"
 
 #define HEADER 5
@@ -85,20 +85,22 @@ typedef struct {
     unsigned long long shape[DSZ_MAX_NDIM];
     unsigned ndim;
     size_t rows, cols;
-    dsz_params p;
+    dsz_params* p;
+    double eb;       /* the error bound set in p */
+    unsigned radius; /* and its radius */
     unsigned codec;
 } job;
 
 static size_t enc_array(void* dst, size_t cap, const void* ctx)
 {
     const job* const j = (const job*)ctx;
-    return dsz_compress(dst, cap, j->x, j->shape, j->ndim, &j->p);
+    return dsz_compress(dst, cap, j->x, j->shape, j->ndim, j->p);
 }
 
 static size_t enc_sparse(void* dst, size_t cap, const void* ctx)
 {
     const job* const j = (const job*)ctx;
-    return dsz_encodeSparse(dst, cap, j->x, j->rows, j->cols, &j->p, j->codec);
+    return dsz_encodeSparse(dst, cap, j->x, j->rows, j->cols, j->p, j->codec);
 }
 
 static void roundtrip_array(job* j, size_t n)
@@ -108,16 +110,16 @@ static void roundtrip_array(job* j, size_t n)
     uint8_t* frame;
     float* y;
     unsigned d;
-    frame = encode_checked(enc_array, j, dsz_compressBound(n, j->p.radius), &size);
+    frame = encode_checked(enc_array, j, dsz_compressBound(n, j->radius), &size);
     hs = dsz_getFrameInfo(&f, frame, size);
     FUZZ_CHECK(!dsz_isError(hs) && f.kind == DSZ_KIND_ARRAY && f.nElements == n && f.ndim == j->ndim,
                "frame header: %s", dsz_getErrorName(hs));
     for (d = 0; d < j->ndim; d++) FUZZ_CHECK(f.shape[d] == j->shape[d], "shape[%u]", d);
-    FUZZ_CHECK(hs + f.dataStoredSize == size && f.errorBound == j->p.errorBound, "sizes or bound");
+    FUZZ_CHECK(hs + f.dataStoredSize == size && f.errorBound == j->eb, "sizes or bound");
     y = fuzz_floats(n, 0);
     r = dsz_decompress(y, n, frame, size);
     FUZZ_CHECK(r == n, "decoded %s", dsz_getErrorName(r));
-    for (i = 0; i < n; i++) check_value(j->x[i], y[i], j->p.errorBound, i);
+    for (i = 0; i < n; i++) check_value(j->x[i], y[i], j->eb, i);
     if (n) FUZZ_CHECK_ERROR(dsz_decompress(y, n - 1, frame, size), DSZ_error_dstSize_tooSmall);
     free(y);
     free(frame);
@@ -131,7 +133,7 @@ static void roundtrip_sparse(job* j)
     uint8_t *frame, *index;
     float* y;
     for (i = 0; i < n; i++) nnz += j->x[i] != 0.0f;
-    frame = encode_checked(enc_sparse, j, dsz_sparseBound(j->rows, j->cols, nnz, j->p.radius), &size);
+    frame = encode_checked(enc_sparse, j, dsz_sparseBound(j->rows, j->cols, nnz, j->radius), &size);
     hs = dsz_getFrameInfo(&f, frame, size);
     FUZZ_CHECK(!dsz_isError(hs) && f.kind == DSZ_KIND_SPARSE && f.nnz == nnz && f.shape[0] == j->rows &&
                    f.shape[1] == j->cols && f.indexCodec == j->codec,
@@ -146,7 +148,7 @@ static void roundtrip_sparse(job* j)
             FUZZ_CHECK(y[i] == 0.0f, "zero %zu decoded as %g", i, y[i]);
         } else {
             FUZZ_CHECK(y[i] != 0.0f, "non-zero %zu (%g) decoded as zero", i, j->x[i]);
-            check_value(j->x[i], y[i], j->p.errorBound, i);
+            check_value(j->x[i], y[i], j->eb, i);
         }
     }
     if (n)
@@ -172,18 +174,18 @@ typedef struct {
 static size_t enc_typed_array(void* dst, size_t cap, const void* ctx)
 {
     const typed_job* const t = (const typed_job*)ctx;
-    return dsz_compressTyped(dst, cap, t->raw, t->dtype, t->j.shape, t->j.ndim, &t->j.p);
+    return dsz_compressTyped(dst, cap, t->raw, t->dtype, t->j.shape, t->j.ndim, t->j.p);
 }
 
 static size_t enc_typed_sparse(void* dst, size_t cap, const void* ctx)
 {
     const typed_job* const t = (const typed_job*)ctx;
-    return dsz_encodeSparseTyped(dst, cap, t->raw, t->dtype, t->j.rows, t->j.cols, &t->j.p, t->j.codec);
+    return dsz_encodeSparseTyped(dst, cap, t->raw, t->dtype, t->j.rows, t->j.cols, t->j.p, t->j.codec);
 }
 
 static float typed_value(const uint8_t* raw, unsigned dtype, size_t i)
 {
-    if (dtype == DSZ_DTYPE_FLOAT16) return dsz_f16_to_f32((uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8);
+    if (dtype == DSZ_DTYPE_FLOAT16) return dszi_f16_to_f32((uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8);
     return dtype == DSZ_DTYPE_INT8 ? (float)(int8_t)raw[i] : (float)raw[i];
 }
 
@@ -195,8 +197,8 @@ static void roundtrip_typed(typed_job* t, size_t n, int sparse)
     size_t size, hs, r, i, nnz = 0;
     uint8_t *frame, *y;
     for (i = 0; i < n; i++) nnz += typed_value(t->raw, t->dtype, i) != 0.0f;
-    frame = sparse ? encode_checked(enc_typed_sparse, t, dsz_sparseBound(t->j.rows, t->j.cols, nnz, t->j.p.radius), &size)
-                   : encode_checked(enc_typed_array, t, dsz_compressBound(n, t->j.p.radius), &size);
+    frame = sparse ? encode_checked(enc_typed_sparse, t, dsz_sparseBound(t->j.rows, t->j.cols, nnz, t->j.radius), &size)
+                   : encode_checked(enc_typed_array, t, dsz_compressBound(n, t->j.radius), &size);
     hs = dsz_getFrameInfo(&f, frame, size);
     FUZZ_CHECK(!dsz_isError(hs) && f.dtype == t->dtype && f.version == 2 && f.nElements == n,
                "frame header: %s", dsz_getErrorName(hs));
@@ -209,7 +211,7 @@ static void roundtrip_typed(typed_job* t, size_t n, int sparse)
     for (i = 0; i < n; i++) {
         float const x = typed_value(t->raw, t->dtype, i), v = typed_value(y, t->dtype, i);
         if (sparse) FUZZ_CHECK((x == 0.0f) == (v == 0.0f), "value %zu: %g decoded as %g (zeros)", i, x, v);
-        check_value(x, v, t->j.p.errorBound, i);
+        check_value(x, v, t->j.eb, i);
     }
     free(y);
     free(frame);
@@ -221,20 +223,20 @@ int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
     job j;
     size_t n, i;
     float* x;
+    unsigned const pred = preds[(src[0] >> 1) & 3];
+    unsigned mode;
     if (size < HEADER) return 0;
     memset(&j, 0, sizeof(j));
-    j.p.predictor = preds[(src[0] >> 1) & 3];
     j.codec = ((src[0] >> 3) & 3) % (DSZ_INDEX_BITMAP + 1);
-    j.p.mode = (src[0] >> 5) & 1;
-    j.p.radius = pick_radius(src[1]);
-    j.p.errorBound = j.p.userBound = pick_bound(src[2], src[3]);
+    mode = (src[0] >> 5) & 1;
+    j.radius = pick_radius(src[1]);
+    j.eb = pick_bound(src[2], src[3]);
     if (src[0] >> 6) {
         typed_job t;
         t.dtype = DSZ_DTYPE_FLOAT32 + (src[0] >> 6);
         t.raw = src + HEADER;
         n = (size - HEADER) / (t.dtype == DSZ_DTYPE_FLOAT16 ? 2 : 1);
-        if (t.dtype != DSZ_DTYPE_FLOAT16) j.p.errorBound = j.p.userBound = src[3] + 0.5;
-        j.p.mode = DSZ_MODE_ABS;
+        if (t.dtype != DSZ_DTYPE_FLOAT16) j.eb = src[3] + 0.5;
         if (src[0] & 1) {
             j.cols = (size_t)src[4] % 64 + 1;
             j.rows = n / j.cols;
@@ -243,8 +245,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
             j.ndim = 1;
             j.shape[0] = n;
         }
+        j.p = fuzz_params(j.eb, DSZ_MODE_ABS, pred, j.radius);
         t.j = j;
         roundtrip_typed(&t, n, src[0] & 1);
+        dsz_freeParams(j.p);
         return 0;
     }
     n = (size - HEADER) / 4;
@@ -255,6 +259,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
         memcpy(x + i, &u, 4);
     }
     j.x = x;
+    j.p = fuzz_params(j.eb, mode, pred, j.radius);
     if (src[0] & 1) {
         j.cols = (size_t)src[4] % 64 + 1;
         j.rows = n / j.cols;
@@ -267,6 +272,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
         if (j.ndim) j.shape[(src[4] / (DSZ_MAX_NDIM + 1)) % j.ndim] = n;
         roundtrip_array(&j, n);
     }
+    dsz_freeParams(j.p);
     free(x);
     return 0;
 }

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h" /* dsz_dtype_load, to widen the dense matrix as the CSR holds it */
+#include "common.h" /* dszi_dtype_load, to widen the dense matrix as the CSR holds it */
 #include "fuzz_common.h"
 
 /* Declared matrices are capped: a header may declare 2^36 elements with nnz = 0, and zeroing
@@ -37,7 +37,7 @@ static void check_csr(const dsz_frameInfo* g, const uint8_t* data, const uint8_t
     if (!dsz_isError(rc)) {
         float* const want = fuzz_floats(n, 0);
         float* const back = fuzz_floats(n, 1);
-        dsz_dtype_load(want, dst, g->dtype, n);
+        dszi_dtype_load(want, dst, g->dtype, n);
         FUZZ_CHECK(rp[0] == 0 && rp[rows] == (int64_t)nnz, "row pointers %lld..%lld for nnz %zu", (long long)rp[0],
                    (long long)rp[rows], nnz);
         for (o = 0; o < rows; o++) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define DSZ_STATIC_LINKING_ONLY /* dsz_getFrameInfo, to cut the sections out of the frames */
 #include "dsz.h"
 
 static unsigned long long rng = 0x9E3779B97F4A7C15ull;
@@ -30,10 +31,15 @@ static int save(const char* dir, const char* name, const void* buf, size_t n)
     return 0;
 }
 
-static dsz_params params(double eb, unsigned pred, unsigned radius)
+/* a parameter object (mode abs, user bound eb), or NULL where one is refused */
+static dsz_params* params(double eb, unsigned pred, unsigned radius)
 {
-    dsz_params p;
-    p.errorBound = eb; p.userBound = eb; p.mode = DSZ_MODE_ABS; p.predictor = pred; p.radius = radius;
+    dsz_params* const p = dsz_createParams();
+    if (p && (dsz_params_setParameter(p, dsz_p_errorBound, eb) || dsz_params_setParameter(p, dsz_p_predictor, pred)
+              || dsz_params_setParameter(p, dsz_p_radius, radius))) {
+        dsz_freeParams(p);
+        return NULL;
+    }
     return p;
 }
 
@@ -45,7 +51,7 @@ static int array_seed(const char* name, const unsigned long long* shape, unsigne
     float* x;
     void* buf;
     int bad;
-    dsz_params const p = params(eb, pred, radius);
+    dsz_params* const p = params(eb, pred, radius);
     for (d = 0; d < ndim; d++) n *= (size_t)shape[d];
     x = (float*)malloc((n + 1) * sizeof(float));
     cap = dsz_compressBound(n, radius);
@@ -53,11 +59,12 @@ static int array_seed(const char* name, const unsigned long long* shape, unsigne
     if (!x || !buf) return 1;
     for (i = 0; i < n; i++) x[i] = (float)(sin((double)i * 0.3) + 0.2 * (unif() - 0.5));
     if (specials && n >= 4) { x[0] = NAN; x[1] = INFINITY; x[2] = -INFINITY; x[3] = 1e30f; }
-    r = dsz_compress(buf, cap, x, shape, ndim, &p);
+    r = dsz_compress(buf, cap, x, shape, ndim, p);
     bad = dsz_isError(r) ? (fprintf(stderr, "%s: %s\n", name, dsz_getErrorName(r)), 1)
                          : save("array", name, buf, r) | save("header", name, buf, r);
     free(x);
     free(buf);
+    dsz_freeParams(p);
     return bad;
 }
 
@@ -113,14 +120,14 @@ static int sparse_seed(const char* name, size_t rows, size_t cols, double densit
     float* w = (float*)calloc(n + 1, sizeof(float));
     void* buf;
     int bad;
-    dsz_params const p = params(eb, pred, 0);
+    dsz_params* const p = params(eb, pred, 0);
     cap = dsz_sparseBound(rows, cols, n, 0);
     buf = malloc(cap);
     if (!w || !buf) return 1;
     for (i = 0; i < n; i++)
         if (unif() < density) w[i] = (float)(unif() - 0.5);
     if (n > 600) w[n - 1] = 0.25f; /* a long gap: filler symbols */
-    r = dsz_encodeSparse(buf, cap, w, rows, cols, &p, codec);
+    r = dsz_encodeSparse(buf, cap, w, rows, cols, p, codec);
     if (dsz_isError(r)) {
         fprintf(stderr, "%s: %s\n", name, dsz_getErrorName(r));
         bad = 1;
@@ -130,6 +137,7 @@ static int sparse_seed(const char* name, size_t rows, size_t cols, double densit
     }
     free(w);
     free(buf);
+    dsz_freeParams(p);
     return bad;
 }
 
@@ -170,12 +178,12 @@ static int typed_seed(const char* name, unsigned dtype, size_t rows, size_t cols
     unsigned char* v = typed_values(dtype, n, density, 60.0);
     size_t const cap = dsz_sparseBound(rows, cols, n, 0) + dsz_compressBound(n, 0);
     void* buf = malloc(cap);
-    dsz_params const p = params(eb, pred, 0);
+    dsz_params* const p = params(eb, pred, 0);
     size_t r;
     int bad;
     if (!v || !buf) return 1;
-    r = sparse ? dsz_encodeSparseTyped(buf, cap, v, dtype, rows, cols, &p, codec)
-               : dsz_compressTyped(buf, cap, v, dtype, shape, 2, &p);
+    r = sparse ? dsz_encodeSparseTyped(buf, cap, v, dtype, rows, cols, p, codec)
+               : dsz_compressTyped(buf, cap, v, dtype, shape, 2, p);
     if (dsz_isError(r)) {
         fprintf(stderr, "%s: %s\n", name, dsz_getErrorName(r));
         bad = 1;
@@ -185,6 +193,7 @@ static int typed_seed(const char* name, unsigned dtype, size_t rows, size_t cols
     }
     free(v);
     free(buf);
+    dsz_freeParams(p);
     return bad;
 }
 

@@ -1,5 +1,4 @@
 /* The array codec: a frame header followed by one data section. */
-#include <math.h>
 #include <stdlib.h>
 
 #include "common.h"
@@ -8,51 +7,38 @@
 
 size_t dsz_compressBound(size_t n, unsigned radius)
 {
-    size_t const b = dsz_data_bound(n, radius ? radius : DSZ_RADIUS_DEFAULT);
-    if (dsz_isError(b) || b > (size_t)-1 - ARRAY_HEADER_MAX) return DSZ_ERROR(parameter_outOfBound);
+    size_t const b = dszi_data_bound(n, radius ? radius : DSZ_RADIUS_DEFAULT);
+    if (dsz_isError(b) || b > (size_t)-1 - ARRAY_HEADER_MAX) return DSZI_ERROR(parameter_outOfBound);
     return ARRAY_HEADER_MAX + b;
-}
-
-/* shared by the array and sparse encoders; returns 0 or an error */
-size_t dsz_checkParams(const dsz_params* p, unsigned* radius)
-{
-    if (!p) return DSZ_ERROR(parameter_unsupported);
-    if (!(isfinite(p->errorBound) && p->errorBound > 0) || !isfinite(p->userBound)) return DSZ_ERROR(parameter_outOfBound);
-    if (p->predictor != DSZ_PRED_NONE && p->predictor != DSZ_PRED_LORENZO && p->predictor != DSZ_PRED_AUTO)
-        return DSZ_ERROR(parameter_unsupported);
-    if (p->mode > DSZ_MODE_REL) return DSZ_ERROR(parameter_unsupported);
-    *radius = p->radius ? p->radius : DSZ_RADIUS_DEFAULT;
-    if (*radius > DSZ_RADIUS_MAX) return DSZ_ERROR(parameter_outOfBound);
-    return 0;
 }
 
 /* src: n floats (float32) or n values of dtype converted to floats by the caller */
 static size_t compress_floats(uint8_t* dst, size_t cap, const float* src, uint64_t n, unsigned dtype,
-                              const unsigned long long* shape, unsigned ndim, const dsz_params* p, unsigned radius)
+                              const unsigned long long* shape, unsigned ndim, const dsz_params* p)
 {
     dsz_frameInfo f;
-    dsz_quant q;
+    dszi_quant q;
     unsigned pred, i;
     size_t hs, ds;
     memset(&f, 0, sizeof(f));
     f.kind = DSZ_KIND_ARRAY;
-    f.version = dsz_dtype_version(dtype);
+    f.version = dszi_dtype_version(dtype);
     f.dtype = dtype;
     f.ndim = ndim;
     for (i = 0; i < ndim; i++) f.shape[i] = shape[i];
     f.mode = p->mode;
-    f.radius = radius;
+    f.radius = p->radius;
     f.errorBound = p->errorBound;
     f.userBound = p->userBound;
     hs = 48 + 8 * (size_t)ndim;
-    if (cap < hs) return DSZ_ERROR(dstSize_tooSmall);
-    dsz_quant_init(&q, p->errorBound, radius, 0, dtype);
+    if (cap < hs) return DSZI_ERROR(dstSize_tooSmall);
+    dszi_quant_init(&q, p->errorBound, p->radius, 0, dtype);
     pred = p->predictor;
-    ds = dsz_data_encode(dst + hs, cap - hs, src, (size_t)n, &q, &pred);
+    ds = dszi_data_encode(dst + hs, cap - hs, src, (size_t)n, &q, &pred);
     if (dsz_isError(ds)) return ds;
     f.predictor = pred;
     f.dataRawSize = f.dataStoredSize = ds;
-    DSZ_CHECK(dsz_writeFrameHeader(dst, hs, &f));
+    DSZI_CHECK(dsz_writeFrameHeader(dst, hs, &f));
     return hs + ds;
 }
 
@@ -61,9 +47,9 @@ static size_t check_shape(const unsigned long long* shape, unsigned ndim, uint64
 {
     unsigned i;
     *n = 1;
-    if (ndim > DSZ_MAX_NDIM || (ndim && !shape)) return DSZ_ERROR(parameter_outOfBound);
+    if (ndim > DSZ_MAX_NDIM || (ndim && !shape)) return DSZI_ERROR(parameter_outOfBound);
     for (i = 0; i < ndim; i++) {
-        if (shape[i] && *n > DSZ_MAX_ELEMENTS / shape[i]) return DSZ_ERROR(parameter_outOfBound);
+        if (shape[i] && *n > DSZ_MAX_ELEMENTS / shape[i]) return DSZI_ERROR(parameter_outOfBound);
         *n *= shape[i];
     }
     return 0;
@@ -72,32 +58,30 @@ static size_t check_shape(const unsigned long long* shape, unsigned ndim, uint64
 size_t dsz_compress(void* dst, size_t cap, const float* src, const unsigned long long* shape, unsigned ndim,
                     const dsz_params* p)
 {
-    unsigned radius = 0;
     uint64_t n;
-    DSZ_CHECK(dsz_checkParams(p, &radius));
-    DSZ_CHECK(check_shape(shape, ndim, &n));
-    if (n && !src) return DSZ_ERROR(parameter_unsupported);
-    return compress_floats((uint8_t*)dst, cap, src, n, DSZ_DTYPE_FLOAT32, shape, ndim, p, radius);
+    DSZI_CHECK(dszi_checkParams(p));
+    DSZI_CHECK(check_shape(shape, ndim, &n));
+    if (n && !src) return DSZI_ERROR(parameter_unsupported);
+    return compress_floats((uint8_t*)dst, cap, src, n, DSZ_DTYPE_FLOAT32, shape, ndim, p);
 }
 
 size_t dsz_compressTyped(void* dst, size_t cap, const void* src, unsigned dtype, const unsigned long long* shape,
                          unsigned ndim, const dsz_params* p)
 {
-    unsigned radius = 0;
     uint64_t n;
     float* vals;
     size_t r;
-    DSZ_CHECK(dsz_checkParams(p, &radius));
-    DSZ_CHECK(check_shape(shape, ndim, &n));
-    if (!dsz_dtype_size(dtype)) return DSZ_ERROR(parameter_unsupported);
-    if (!dsz_dtype_bound_ok(dtype, p->errorBound)) return DSZ_ERROR(parameter_outOfBound);
-    if (n && !src) return DSZ_ERROR(parameter_unsupported);
-    if (dtype == DSZ_DTYPE_FLOAT32) return compress_floats((uint8_t*)dst, cap, (const float*)src, n, dtype, shape, ndim, p, radius);
-    if (n > (uint64_t)((size_t)-1 / sizeof(float))) return DSZ_ERROR(parameter_outOfBound);
+    DSZI_CHECK(dszi_checkParams(p));
+    DSZI_CHECK(check_shape(shape, ndim, &n));
+    if (!dszi_dtype_size(dtype)) return DSZI_ERROR(parameter_unsupported);
+    if (!dszi_dtype_bound_ok(dtype, p->errorBound)) return DSZI_ERROR(parameter_outOfBound);
+    if (n && !src) return DSZI_ERROR(parameter_unsupported);
+    if (dtype == DSZ_DTYPE_FLOAT32) return compress_floats((uint8_t*)dst, cap, (const float*)src, n, dtype, shape, ndim, p);
+    if (n > (uint64_t)((size_t)-1 / sizeof(float))) return DSZI_ERROR(parameter_outOfBound);
     vals = (float*)malloc(sizeof(float) * (n ? (size_t)n : 1));
-    if (!vals) return DSZ_ERROR(memory_allocation);
-    dsz_dtype_load(vals, src, dtype, (size_t)n);
-    r = compress_floats((uint8_t*)dst, cap, vals, n, dtype, shape, ndim, p, radius);
+    if (!vals) return DSZI_ERROR(memory_allocation);
+    dszi_dtype_load(vals, src, dtype, (size_t)n);
+    r = compress_floats((uint8_t*)dst, cap, vals, n, dtype, shape, ndim, p);
     free(vals);
     return r;
 }
@@ -105,34 +89,34 @@ size_t dsz_compressTyped(void* dst, size_t cap, const void* src, unsigned dtype,
 size_t dsz_decompressArrayTyped(void* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data,
                                 size_t dataSize)
 {
-    dsz_dataDec d;
-    dsz_quant q;
+    dszi_dataDec d;
+    dszi_quant q;
     size_t r;
-    if (!f || f->kind != DSZ_KIND_ARRAY) return DSZ_ERROR(parameter_unsupported);
-    DSZ_CHECK(dsz_frame_check(f));
-    if (f->nnz != f->nElements || f->ndim > DSZ_MAX_NDIM) return DSZ_ERROR(corruption_detected);
+    if (!f || f->kind != DSZ_KIND_ARRAY) return DSZI_ERROR(parameter_unsupported);
+    DSZI_CHECK(dszi_frame_check(f));
+    if (f->nnz != f->nElements || f->ndim > DSZ_MAX_NDIM) return DSZI_ERROR(corruption_detected);
     {
         uint64_t prod = 1;
         unsigned i;
         for (i = 0; i < f->ndim; i++) {
-            if (f->shape[i] && prod > DSZ_MAX_ELEMENTS / f->shape[i]) return DSZ_ERROR(corruption_detected);
+            if (f->shape[i] && prod > DSZ_MAX_ELEMENTS / f->shape[i]) return DSZI_ERROR(corruption_detected);
             prod *= f->shape[i];
         }
-        if (prod != f->nElements) return DSZ_ERROR(corruption_detected);
+        if (prod != f->nElements) return DSZI_ERROR(corruption_detected);
     }
-    if (dataSize != f->dataRawSize) return DSZ_ERROR(srcSize_wrong);
-    if (dstCapacity < f->nElements) return DSZ_ERROR(dstSize_tooSmall);
-    dsz_quant_init(&q, f->errorBound, f->radius, 0, f->dtype);
-    r = dsz_data_open(&d, (const uint8_t*)data, dataSize, (size_t)f->nElements, &q, f->predictor);
+    if (dataSize != f->dataRawSize) return DSZI_ERROR(srcSize_wrong);
+    if (dstCapacity < f->nElements) return DSZI_ERROR(dstSize_tooSmall);
+    dszi_quant_init(&q, f->errorBound, f->radius, 0, f->dtype);
+    r = dszi_data_open(&d, (const uint8_t*)data, dataSize, (size_t)f->nElements, &q, f->predictor);
     if (dsz_isError(r)) return r;
-    r = dsz_data_decodeAllTyped(&d, dst, (size_t)f->nElements);
-    dsz_data_free(&d);
+    r = dszi_data_decodeAllTyped(&d, dst, (size_t)f->nElements);
+    dszi_data_free(&d);
     return dsz_isError(r) ? r : (size_t)f->nElements;
 }
 
 size_t dsz_decompressArray(float* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data, size_t dataSize)
 {
-    if (f && f->dtype != DSZ_DTYPE_FLOAT32) return DSZ_ERROR(frameParameter_unsupported);
+    if (f && f->dtype != DSZ_DTYPE_FLOAT32) return DSZI_ERROR(frameParameter_unsupported);
     return dsz_decompressArrayTyped(dst, dstCapacity, f, data, dataSize);
 }
 
@@ -141,8 +125,8 @@ size_t dsz_decompress(float* dst, size_t dstCapacity, const void* src, size_t sr
     dsz_frameInfo f;
     size_t const hs = dsz_getFrameInfo(&f, src, srcSize);
     if (dsz_isError(hs)) return hs;
-    if (f.kind != DSZ_KIND_ARRAY) return DSZ_ERROR(prefix_unknown);
-    if (f.dataLossless != DSZ_LOSSLESS_NONE) return DSZ_ERROR(frameParameter_unsupported);
-    if (srcSize - hs != f.dataStoredSize) return DSZ_ERROR(srcSize_wrong);
+    if (f.kind != DSZ_KIND_ARRAY) return DSZI_ERROR(prefix_unknown);
+    if (f.dataLossless != DSZ_LOSSLESS_NONE) return DSZI_ERROR(frameParameter_unsupported);
+    if (srcSize - hs != f.dataStoredSize) return DSZI_ERROR(srcSize_wrong);
     return dsz_decompressArray(dst, dstCapacity, &f, (const uint8_t*)src + hs, srcSize - hs);
 }

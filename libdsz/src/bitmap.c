@@ -12,7 +12,7 @@
 #define ADAPT 5
 #define TOP (1u << 24)
 
-DSZ_INLINE unsigned context(const uint8_t* ring, size_t cols, uint64_t r, size_t c, unsigned left2)
+DSZI_INLINE unsigned context(const uint8_t* ring, size_t cols, uint64_t r, size_t c, unsigned left2)
 {
     unsigned a1 = 0, a2 = 0;
     if (ring) {
@@ -52,7 +52,7 @@ static void rc_shiftLow(rc_enc* e)
     e->low = (e->low & 0x00FFFFFFu) << 8;
 }
 
-DSZ_INLINE void rc_encodeBit(rc_enc* e, uint16_t* prob, unsigned bit)
+DSZI_INLINE void rc_encodeBit(rc_enc* e, uint16_t* prob, unsigned bit)
 {
     uint32_t const bound = (e->range >> PROB_BITS) * *prob;
     if (!bit) {
@@ -69,7 +69,7 @@ DSZ_INLINE void rc_encodeBit(rc_enc* e, uint16_t* prob, unsigned bit)
     }
 }
 
-size_t dsz_bitmap_encode(uint8_t* dst, size_t cap, const float* w, size_t rows, size_t cols)
+size_t dszi_bitmap_encode(uint8_t* dst, size_t cap, const float* w, size_t rows, size_t cols)
 {
     uint64_t const n = (uint64_t)rows * cols;
     uint64_t last = 0, i;
@@ -83,9 +83,9 @@ size_t dsz_bitmap_encode(uint8_t* dst, size_t cap, const float* w, size_t rows, 
     for (i = n; i-- > 0;)
         if (w[i] != 0.0f) { last = i; any = 1; break; }
     if (!any) return 0; /* nothing to code: an empty section */
-    if (cols <= DSZ_BITMAP_MAX_COLS) {
+    if (cols <= DSZI_BITMAP_MAX_COLS) {
         ring = (uint8_t*)calloc(2 * cols, 1);
-        if (!ring) return DSZ_ERROR(memory_allocation);
+        if (!ring) return DSZI_ERROR(memory_allocation);
     }
     for (k = 0; k < 16; k++) prob[k] = PROB_ONE / 2;
     e.p = dst; e.end = dst + cap; e.low = 0; e.range = 0xFFFFFFFFu; e.cache = 0; e.cacheSize = 1; e.overflow = 0;
@@ -98,11 +98,11 @@ size_t dsz_bitmap_encode(uint8_t* dst, size_t cap, const float* w, size_t rows, 
     }
     for (k = 0; k < 5; k++) rc_shiftLow(&e);
     free(ring);
-    if (e.overflow) return DSZ_ERROR(dstSize_tooSmall);
+    if (e.overflow) return DSZI_ERROR(dstSize_tooSmall);
     return (size_t)(e.p - dst);
 }
 
-size_t dsz_bitmap_open(dsz_bitmapDec* b, const uint8_t* src, size_t size, size_t rows, size_t cols)
+size_t dszi_bitmap_open(dszi_bitmapDec* b, const uint8_t* src, size_t size, size_t rows, size_t cols)
 {
     unsigned k;
     memset(b, 0, sizeof(*b));
@@ -112,22 +112,22 @@ size_t dsz_bitmap_open(dsz_bitmapDec* b, const uint8_t* src, size_t size, size_t
     b->range = 0xFFFFFFFFu;
     for (k = 0; k < 16; k++) b->prob[k] = PROB_ONE / 2;
     if (size == 0) return 0;
-    if (size < 5 || src[0] != 0) return DSZ_ERROR(corruption_detected);
+    if (size < 5 || src[0] != 0) return DSZI_ERROR(corruption_detected);
     for (k = 0; k < 5; k++) b->code = (b->code << 8) | *b->p++;
-    if (cols <= DSZ_BITMAP_MAX_COLS && rows > 1) {
+    if (cols <= DSZI_BITMAP_MAX_COLS && rows > 1) {
         b->ring = (uint8_t*)calloc(2 * cols, 1);
-        if (!b->ring) return DSZ_ERROR(memory_allocation);
+        if (!b->ring) return DSZI_ERROR(memory_allocation);
     }
     return 0;
 }
 
-void dsz_bitmap_free(dsz_bitmapDec* b)
+void dszi_bitmap_free(dszi_bitmapDec* b)
 {
     free(b->ring);
     b->ring = NULL;
 }
 
-size_t dsz_bitmap_positions(dsz_bitmapDec* b, uint64_t n, size_t* pos, size_t m)
+size_t dszi_bitmap_positions(dszi_bitmapDec* b, uint64_t n, size_t* pos, size_t m)
 {
     size_t j = 0;
     uint64_t i = b->i;

@@ -17,7 +17,7 @@
    nearest even (FLT_EVAL_METHOD 0 is required by common.h) */
 #define RNE_MAGIC 6755399441055744.0
 
-unsigned dsz_dtype_size(unsigned dtype)
+unsigned dszi_dtype_size(unsigned dtype)
 {
     switch (dtype) {
     case DSZ_DTYPE_FLOAT32: return 4;
@@ -28,12 +28,12 @@ unsigned dsz_dtype_size(unsigned dtype)
     }
 }
 
-unsigned dsz_dtype_version(unsigned dtype)
+unsigned dszi_dtype_version(unsigned dtype)
 {
     return dtype == DSZ_DTYPE_FLOAT32 ? 1u : 2u;
 }
 
-int dsz_dtype_bound_ok(unsigned dtype, double eb)
+int dszi_dtype_bound_ok(unsigned dtype, double eb)
 {
     if (!(isfinite(eb) && eb > 0)) return 0;
     if (dtype == DSZ_DTYPE_INT8 || dtype == DSZ_DTYPE_UINT8) {
@@ -45,7 +45,7 @@ int dsz_dtype_bound_ok(unsigned dtype, double eb)
     return 1;
 }
 
-float dsz_f16_to_f32(uint32_t h)
+float dszi_f16_to_f32(uint32_t h)
 {
     uint32_t const sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     uint32_t u;
@@ -62,20 +62,20 @@ float dsz_f16_to_f32(uint32_t h)
     return f;
 }
 
-uint32_t dsz_f32_to_f16(float f)
+uint32_t dszi_f32_to_f16(float f)
 {
     uint32_t u, sign, e, m;
     memcpy(&u, &f, 4);
     sign = (u >> 16) & 0x8000u;
     e = (u >> 23) & 0xffu;
     m = u & 0x7fffffu;
-    if (DSZ_LIKELY(e - 113u < 30u)) return sign | ((e - 112u) << 10) | (m >> 13); /* normal: the usual case */
+    if (DSZI_LIKELY(e - 113u < 30u)) return sign | ((e - 112u) << 10) | (m >> 13); /* normal: the usual case */
     if (e == 0xff) return sign | 0x7c00u | (m >> 13) | (m && !(m >> 13)); /* a NaN stays a NaN */
     if (e < 103) return sign; /* zero (no float16 value is smaller than 2^-24) */
     return sign | ((0x800000u | m) >> (126u - e));
 }
 
-float dsz_f16_round(double r)
+float dszi_f16_round(double r)
 {
     double const a = fabs(r);
     double quantum, n, v;
@@ -92,12 +92,12 @@ float dsz_f16_round(double r)
     return fabs(v) > F16_MAX ? 0.0f : (float)v;
 }
 
-void dsz_dtype_load(float* dst, const void* srcv, unsigned dtype, size_t n)
+void dszi_dtype_load(float* dst, const void* srcv, unsigned dtype, size_t n)
 {
     size_t i;
     if (dtype == DSZ_DTYPE_FLOAT16) {
         const uint8_t* const src = (const uint8_t*)srcv;
-        for (i = 0; i < n; i++) dst[i] = dsz_f16_to_f32(dsz_rd16(src + 2 * i));
+        for (i = 0; i < n; i++) dst[i] = dszi_f16_to_f32(dszi_rd16(src + 2 * i));
     } else if (dtype == DSZ_DTYPE_INT8) {
         const int8_t* const src = (const int8_t*)srcv;
         for (i = 0; i < n; i++) dst[i] = (float)src[i];
@@ -109,12 +109,12 @@ void dsz_dtype_load(float* dst, const void* srcv, unsigned dtype, size_t n)
     }
 }
 
-void dsz_dtype_store(void* dstv, const float* src, unsigned dtype, size_t n)
+void dszi_dtype_store(void* dstv, const float* src, unsigned dtype, size_t n)
 {
     size_t i;
     if (dtype == DSZ_DTYPE_FLOAT16) {
         uint16_t* const dst = (uint16_t*)dstv;
-        for (i = 0; i < n; i++) dst[i] = (uint16_t)dsz_f32_to_f16(src[i]);
+        for (i = 0; i < n; i++) dst[i] = (uint16_t)dszi_f32_to_f16(src[i]);
     } else if (dtype == DSZ_DTYPE_INT8) {
         int8_t* const dst = (int8_t*)dstv;
         for (i = 0; i < n; i++) dst[i] = (int8_t)src[i];
@@ -126,12 +126,12 @@ void dsz_dtype_store(void* dstv, const float* src, unsigned dtype, size_t n)
     }
 }
 
-void dsz_dtype_scatter(void* dstv, const size_t* pos, const float* val, size_t m, unsigned dtype)
+void dszi_dtype_scatter(void* dstv, const size_t* pos, const float* val, size_t m, unsigned dtype)
 {
     size_t j;
     if (dtype == DSZ_DTYPE_FLOAT16) {
         uint16_t* const dst = (uint16_t*)dstv;
-        for (j = 0; j < m; j++) dst[pos[j]] = (uint16_t)dsz_f32_to_f16(val[j]);
+        for (j = 0; j < m; j++) dst[pos[j]] = (uint16_t)dszi_f32_to_f16(val[j]);
     } else if (dtype == DSZ_DTYPE_INT8) {
         int8_t* const dst = (int8_t*)dstv;
         for (j = 0; j < m; j++) dst[pos[j]] = (int8_t)val[j];
@@ -144,29 +144,29 @@ void dsz_dtype_scatter(void* dstv, const size_t* pos, const float* val, size_t m
     }
 }
 
-float dsz_outlier_read(const uint8_t* p, unsigned dtype)
+float dszi_outlier_read(const uint8_t* p, unsigned dtype)
 {
     uint32_t u;
     float f;
     switch (dtype) {
-    case DSZ_DTYPE_FLOAT16: return dsz_f16_to_f32(dsz_rd16(p));
+    case DSZ_DTYPE_FLOAT16: return dszi_f16_to_f32(dszi_rd16(p));
     case DSZ_DTYPE_INT8: return (float)(int8_t)p[0];
     case DSZ_DTYPE_UINT8: return (float)p[0];
     default:
-        u = dsz_rd32(p);
+        u = dszi_rd32(p);
         memcpy(&f, &u, 4);
         return f;
     }
 }
 
-void dsz_outlier_write(uint8_t* p, uint32_t bits, unsigned dtype)
+void dszi_outlier_write(uint8_t* p, uint32_t bits, unsigned dtype)
 {
     float x;
     memcpy(&x, &bits, 4);
     switch (dtype) {
-    case DSZ_DTYPE_FLOAT16: dsz_wr16(p, dsz_f32_to_f16(x)); break;
+    case DSZ_DTYPE_FLOAT16: dszi_wr16(p, dszi_f32_to_f16(x)); break;
     case DSZ_DTYPE_INT8: p[0] = (uint8_t)(int8_t)x; break;
     case DSZ_DTYPE_UINT8: p[0] = (uint8_t)x; break;
-    default: dsz_wr32(p, bits);
+    default: dszi_wr32(p, bits);
     }
 }

@@ -46,7 +46,7 @@ static unsigned huffman_lengths(const leaf_t* leaf, uint32_t m, uint64_t* weight
     return maxd;
 }
 
-void dsz_huf_freeEnc(dsz_hufEnc* h)
+void dszi_huf_freeEnc(dszi_hufEnc* h)
 {
     free(h->code);
     free(h->len);
@@ -54,7 +54,7 @@ void dsz_huf_freeEnc(dsz_hufEnc* h)
     h->len = NULL;
 }
 
-size_t dsz_huf_build(dsz_hufEnc* h, const uint64_t* hist, uint32_t nsym)
+size_t dszi_huf_build(dszi_hufEnc* h, const uint64_t* hist, uint32_t nsym)
 {
     uint32_t m = 0, s, k;
     unsigned L;
@@ -62,15 +62,15 @@ size_t dsz_huf_build(dsz_hufEnc* h, const uint64_t* hist, uint32_t nsym)
     uint64_t* weight = NULL;
     uint32_t* parent = NULL;
     uint8_t* depth = NULL;
-    uint32_t count[DSZ_HUF_MAXLEN + 2] = {0}, next[DSZ_HUF_MAXLEN + 2];
+    uint32_t count[DSZI_HUF_MAXLEN + 2] = {0}, next[DSZI_HUF_MAXLEN + 2];
     h->nsym = nsym;
     h->code = (uint32_t*)calloc(nsym, sizeof(uint32_t));
     h->len = (uint8_t*)calloc(nsym, 1);
     if (!h->code || !h->len) goto oom;
     for (s = 0; s < nsym; s++) m += hist[s] != 0;
     if (m == 0) return 0;
-    /* no code of lengths <= DSZ_HUF_MAXLEN has more words: flattening below would never end */
-    if (m > (1u << DSZ_HUF_MAXLEN)) { dsz_huf_freeEnc(h); return DSZ_ERROR(parameter_outOfBound); }
+    /* no code of lengths <= DSZI_HUF_MAXLEN has more words: flattening below would never end */
+    if (m > (1u << DSZI_HUF_MAXLEN)) { dszi_huf_freeEnc(h); return DSZI_ERROR(parameter_outOfBound); }
     if (m == 1) {
         for (s = 0; s < nsym; s++)
             if (hist[s]) h->len[s] = 1;
@@ -84,7 +84,7 @@ size_t dsz_huf_build(dsz_hufEnc* h, const uint64_t* hist, uint32_t nsym)
             if (hist[s]) { leaf[k].w = hist[s]; leaf[k].s = s; k++; }
         for (;;) {
             qsort(leaf, m, sizeof(leaf_t), cmp_leaf);
-            if (huffman_lengths(leaf, m, weight, parent, depth) <= DSZ_HUF_MAXLEN) break;
+            if (huffman_lengths(leaf, m, weight, parent, depth) <= DSZI_HUF_MAXLEN) break;
             /* too deep: flatten the distribution and retry */
             for (k = 0; k < m; k++) leaf[k].w = (leaf[k].w >> 1) | 1u;
         }
@@ -94,18 +94,18 @@ size_t dsz_huf_build(dsz_hufEnc* h, const uint64_t* hist, uint32_t nsym)
     for (s = 0; s < nsym; s++) count[h->len[s]]++;
     count[0] = 0;
     next[1] = 0;
-    for (L = 1; L <= DSZ_HUF_MAXLEN; L++) next[L + 1] = (next[L] + count[L]) << 1;
+    for (L = 1; L <= DSZI_HUF_MAXLEN; L++) next[L + 1] = (next[L] + count[L]) << 1;
     for (s = 0; s < nsym; s++)
         if (h->len[s]) h->code[s] = next[h->len[s]]++;
     return 0;
 oom:
     free(leaf); free(weight); free(parent); free(depth);
-    dsz_huf_freeEnc(h);
-    return DSZ_ERROR(memory_allocation);
+    dszi_huf_freeEnc(h);
+    return DSZI_ERROR(memory_allocation);
 }
 
 /* table layout: maxLen u8, len0 u8, lo u32, hi u32, then 4-bit lengths of lo..hi */
-static void used_range(const dsz_hufEnc* h, uint32_t* lo, uint32_t* hi, unsigned* maxLen)
+static void used_range(const dszi_hufEnc* h, uint32_t* lo, uint32_t* hi, unsigned* maxLen)
 {
     uint32_t s;
     *lo = 1; *hi = 0; *maxLen = h->nsym ? h->len[0] : 0;
@@ -117,7 +117,7 @@ static void used_range(const dsz_hufEnc* h, uint32_t* lo, uint32_t* hi, unsigned
     }
 }
 
-size_t dsz_huf_tableSize(const dsz_hufEnc* h)
+size_t dszi_huf_tableSize(const dszi_hufEnc* h)
 {
     uint32_t lo, hi;
     unsigned maxLen;
@@ -125,17 +125,17 @@ size_t dsz_huf_tableSize(const dsz_hufEnc* h)
     return 10 + (hi >= lo ? ((size_t)(hi - lo) + 2) / 2 : 0);
 }
 
-size_t dsz_huf_writeTable(const dsz_hufEnc* h, uint8_t* dst, size_t cap)
+size_t dszi_huf_writeTable(const dszi_hufEnc* h, uint8_t* dst, size_t cap)
 {
     uint32_t lo, hi, s;
     unsigned maxLen;
-    size_t const size = dsz_huf_tableSize(h);
-    if (cap < size) return DSZ_ERROR(dstSize_tooSmall);
+    size_t const size = dszi_huf_tableSize(h);
+    if (cap < size) return DSZI_ERROR(dstSize_tooSmall);
     used_range(h, &lo, &hi, &maxLen);
     dst[0] = (uint8_t)maxLen;
     dst[1] = h->nsym ? h->len[0] : 0;
-    dsz_wr32(dst + 2, lo);
-    dsz_wr32(dst + 6, hi);
+    dszi_wr32(dst + 2, lo);
+    dszi_wr32(dst + 6, hi);
     memset(dst + 10, 0, size - 10);
     for (s = lo; s <= hi && hi >= lo; s++) {
         size_t const j = s - lo;
@@ -144,7 +144,7 @@ size_t dsz_huf_writeTable(const dsz_hufEnc* h, uint8_t* dst, size_t cap)
     return size;
 }
 
-double dsz_huf_estimateBits(const uint64_t* hist, uint32_t nsym, uint64_t total)
+double dszi_huf_estimateBits(const uint64_t* hist, uint32_t nsym, uint64_t total)
 {
     double bits = 0;
     uint32_t s;
@@ -154,7 +154,7 @@ double dsz_huf_estimateBits(const uint64_t* hist, uint32_t nsym, uint64_t total)
     return bits;
 }
 
-void dsz_huf_freeDec(dsz_hufDec* d)
+void dszi_huf_freeDec(dszi_hufDec* d)
 {
     free(d->lut);
     free(d->sorted);
@@ -162,45 +162,45 @@ void dsz_huf_freeDec(dsz_hufDec* d)
     d->sorted = NULL;
 }
 
-size_t dsz_huf_readTable(dsz_hufDec* d, const uint8_t* src, size_t size, uint32_t nsym)
+size_t dszi_huf_readTable(dszi_hufDec* d, const uint8_t* src, size_t size, uint32_t nsym)
 {
     unsigned maxLen, len0, L, maxSeen = 0;
-    uint32_t lo, hi, s, m = 0, rank[DSZ_HUF_MAXLEN + 2];
+    uint32_t lo, hi, s, m = 0, rank[DSZI_HUF_MAXLEN + 2];
     size_t tsize, i;
     uint64_t kraft = 0;
     memset(d, 0, sizeof(*d));
-    if (size < 10) return DSZ_ERROR(srcSize_wrong);
+    if (size < 10) return DSZI_ERROR(srcSize_wrong);
     maxLen = src[0];
     len0 = src[1];
-    lo = dsz_rd32(src + 2);
-    hi = dsz_rd32(src + 6);
-    if (maxLen > DSZ_HUF_MAXLEN || len0 > maxLen) return DSZ_ERROR(corruption_detected);
+    lo = dszi_rd32(src + 2);
+    hi = dszi_rd32(src + 6);
+    if (maxLen > DSZI_HUF_MAXLEN || len0 > maxLen) return DSZI_ERROR(corruption_detected);
     if (hi >= lo) {
-        if (lo == 0 || hi >= nsym) return DSZ_ERROR(corruption_detected);
+        if (lo == 0 || hi >= nsym) return DSZI_ERROR(corruption_detected);
         tsize = 10 + ((size_t)(hi - lo) + 2) / 2;
     } else {
-        if (lo != 1 || hi != 0) return DSZ_ERROR(corruption_detected);
+        if (lo != 1 || hi != 0) return DSZI_ERROR(corruption_detected);
         tsize = 10;
     }
-    if (size < tsize) return DSZ_ERROR(srcSize_wrong);
+    if (size < tsize) return DSZI_ERROR(srcSize_wrong);
     d->nsym = nsym; d->maxLen = maxLen; d->lo = lo; d->hi = hi;
     /* count lengths */
     if (len0) { d->count[len0]++; m++; maxSeen = len0; }
     for (i = 0; hi >= lo && i <= (size_t)(hi - lo); i++) {
         unsigned const l = (src[10 + i / 2] >> ((i & 1) ? 0 : 4)) & 15u;
-        if (l > maxLen) return DSZ_ERROR(corruption_detected);
+        if (l > maxLen) return DSZI_ERROR(corruption_detected);
         if (l) { d->count[l]++; m++; if (l > maxSeen) maxSeen = l; }
     }
     /* the padding nibble must be zero */
-    if (hi >= lo && ((hi - lo) & 1u) == 0 && (src[tsize - 1] & 15u)) return DSZ_ERROR(corruption_detected);
-    if (maxSeen != maxLen) return DSZ_ERROR(corruption_detected);
+    if (hi >= lo && ((hi - lo) & 1u) == 0 && (src[tsize - 1] & 15u)) return DSZI_ERROR(corruption_detected);
+    if (maxSeen != maxLen) return DSZI_ERROR(corruption_detected);
     if (m == 0) return tsize; /* empty code: only valid for zero symbols */
     for (L = 1; L <= maxLen; L++) kraft += (uint64_t)d->count[L] << (maxLen - L);
     if (m == 1 && maxLen == 1) d->single = 1;
-    else if (kraft != (1ull << maxLen)) return DSZ_ERROR(corruption_detected); /* over-subscribed or incomplete */
-    d->lut = (uint32_t*)calloc((size_t)1 << DSZ_HUF_LUTLOG, sizeof(uint32_t));
+    else if (kraft != (1ull << maxLen)) return DSZI_ERROR(corruption_detected); /* over-subscribed or incomplete */
+    d->lut = (uint32_t*)calloc((size_t)1 << DSZI_HUF_LUTLOG, sizeof(uint32_t));
     d->sorted = (uint32_t*)malloc(sizeof(uint32_t) * m);
-    if (!d->lut || !d->sorted) { dsz_huf_freeDec(d); return DSZ_ERROR(memory_allocation); }
+    if (!d->lut || !d->sorted) { dszi_huf_freeDec(d); return DSZI_ERROR(memory_allocation); }
     {
         uint32_t code = 0, b = 0;
         for (L = 1; L <= maxLen; L++) {
@@ -222,9 +222,9 @@ size_t dsz_huf_readTable(dsz_hufDec* d, const uint8_t* src, size_t size, uint32_
             uint32_t const code = d->first[l] + rank[l];
             d->sorted[d->base[l] + rank[l]] = s;
             rank[l]++;
-            if (l <= DSZ_HUF_LUTLOG) {
-                uint32_t const lo2 = code << (DSZ_HUF_LUTLOG - l);
-                uint32_t const n2 = 1u << (DSZ_HUF_LUTLOG - l);
+            if (l <= DSZI_HUF_LUTLOG) {
+                uint32_t const lo2 = code << (DSZI_HUF_LUTLOG - l);
+                uint32_t const n2 = 1u << (DSZI_HUF_LUTLOG - l);
                 uint32_t const e = (s << 4) | l;
                 uint32_t k;
                 for (k = 0; k < n2; k++) d->lut[lo2 + k] = e;
@@ -234,13 +234,13 @@ size_t dsz_huf_readTable(dsz_hufDec* d, const uint8_t* src, size_t size, uint32_
     return tsize;
 }
 
-uint32_t dsz_huf_decodeLong(const dsz_hufDec* d, dsz_bitReader* r)
+uint32_t dszi_huf_decodeLong(const dszi_hufDec* d, dszi_bitReader* r)
 {
     unsigned L;
-    for (L = DSZ_HUF_LUTLOG + 1; L <= d->maxLen; L++) {
-        uint32_t const c = dsz_br_peek(r, L) - d->first[L];
+    for (L = DSZI_HUF_LUTLOG + 1; L <= d->maxLen; L++) {
+        uint32_t const c = dszi_br_peek(r, L) - d->first[L];
         if (c < d->count[L]) {
-            dsz_br_skip(r, L);
+            dszi_br_skip(r, L);
             return d->sorted[d->base[L] + c];
         }
     }

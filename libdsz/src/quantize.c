@@ -9,7 +9,7 @@
 /* a quantization step beyond this is as good as infinite and keeps q * step finite */
 #define STEP_MAX 1e300
 
-void dsz_quant_init(dsz_quant* q, double eb, unsigned radius, int keepNonzero, unsigned dtype)
+void dszi_quant_init(dszi_quant* q, double eb, unsigned radius, int keepNonzero, unsigned dtype)
 {
     q->dtype = dtype;
     q->eb = eb;
@@ -19,17 +19,17 @@ void dsz_quant_init(dsz_quant* q, double eb, unsigned radius, int keepNonzero, u
     q->keepNonzero = keepNonzero;
 }
 
-DSZ_INLINE float dequant_none(double step, int32_t qi, unsigned dtype)
+DSZI_INLINE float dequant_none(double step, int32_t qi, unsigned dtype)
 {
-    return dsz_recon((double)qi * step, dtype);
+    return dszi_recon((double)qi * step, dtype);
 }
 
-float dsz_dequant_none(const dsz_quant* q, uint32_t s)
+float dszi_dequant_none(const dszi_quant* q, uint32_t s)
 {
     return dequant_none(q->step, (int32_t)s - (int32_t)q->radius, q->dtype);
 }
 
-DSZ_INLINE uint32_t bits_of(float f)
+DSZI_INLINE uint32_t bits_of(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -37,12 +37,12 @@ DSZ_INLINE uint32_t bits_of(float f)
 }
 
 /* floor(d + 0.5) for |d| < 2^21 without a libm call */
-DSZ_INLINE int32_t round_half_up(double d)
+DSZI_INLINE int32_t round_half_up(double d)
 {
     return (int32_t)(d + (0.5 + 4194304.0)) - 4194304;
 }
 
-DSZ_INLINE size_t quantize_impl(const dsz_quant* q, unsigned predictor, const float* src, size_t n,
+DSZI_INLINE size_t quantize_impl(const dszi_quant* q, unsigned predictor, const float* src, size_t n,
                                 uint32_t* sym, uint32_t* outl, uint64_t* hist, int store)
 {
     unsigned const dtype = q->dtype;
@@ -81,7 +81,7 @@ DSZ_INLINE size_t quantize_impl(const dsz_quant* q, unsigned predictor, const fl
             float r = xf;
             if (fabs(d) < rmax) {
                 int32_t const qi = round_half_up(d);
-                float const rq = dsz_dequant_lorenzo(step, pred, qi, dtype);
+                float const rq = dszi_dequant_lorenzo(step, pred, qi, dtype);
                 if (fabs(x - (double)rq) <= eb && !(keepNZ && rq == 0.0f && xf != 0.0f)) {
                     s = (uint32_t)(qi + R);
                     r = rq;
@@ -97,13 +97,13 @@ DSZ_INLINE size_t quantize_impl(const dsz_quant* q, unsigned predictor, const fl
     return nout;
 }
 
-size_t dsz_quantize(const dsz_quant* q, unsigned predictor, const float* src, size_t n,
+size_t dszi_quantize(const dszi_quant* q, unsigned predictor, const float* src, size_t n,
                     uint32_t* sym, uint32_t* outl, uint64_t* hist)
 {
     return quantize_impl(q, predictor, src, n, sym, outl, hist, 1);
 }
 
-void dsz_quantize_hist(const dsz_quant* q, unsigned predictor, const float* src, size_t n, uint64_t* hist)
+void dszi_quantize_hist(const dszi_quant* q, unsigned predictor, const float* src, size_t n, uint64_t* hist)
 {
     (void)quantize_impl(q, predictor, src, n, NULL, NULL, hist, 0);
 }

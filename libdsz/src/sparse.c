@@ -14,30 +14,30 @@
 #define SPARSE_HEADER 88
 #define GAP_TABLE_MAX (10 + 128)
 
-size_t dsz_index_bound(unsigned codec, uint64_t nElements, uint64_t nnz)
+size_t dszi_index_bound(unsigned codec, uint64_t nElements, uint64_t nnz)
 {
     uint64_t const syms = nnz + nElements / 255 + 1;
-    if (nElements > DSZ_MAX_ELEMENTS || nnz > nElements) return DSZ_ERROR(parameter_outOfBound);
+    if (nElements > DSZ_MAX_ELEMENTS || nnz > nElements) return DSZI_ERROR(parameter_outOfBound);
     if (codec == DSZ_INDEX_GAP8) return (size_t)syms;
-    if (codec == DSZ_INDEX_HUFFGAP) return (size_t)(GAP_TABLE_MAX + 8 + (syms * DSZ_HUF_MAXLEN + 7) / 8);
+    if (codec == DSZ_INDEX_HUFFGAP) return (size_t)(GAP_TABLE_MAX + 8 + (syms * DSZI_HUF_MAXLEN + 7) / 8);
     /* an adaptive probability never drops below 31/2048: at most ~6.1 bits per bit */
     if (codec == DSZ_INDEX_BITMAP) return (size_t)(nElements + 16);
-    return DSZ_ERROR(parameter_unsupported);
+    return DSZI_ERROR(parameter_unsupported);
 }
 
 size_t dsz_sparseBound(size_t rows, size_t cols, size_t nnz, unsigned radius)
 {
     size_t db, ib;
-    if (!dsz_matrix_fits(rows, cols)) return DSZ_ERROR(parameter_outOfBound);
+    if (!dszi_matrix_fits(rows, cols)) return DSZI_ERROR(parameter_outOfBound);
     if (nnz > rows * cols) nnz = rows * cols;
-    db = dsz_data_bound(nnz, radius ? radius : DSZ_RADIUS_DEFAULT);
-    ib = dsz_index_bound(DSZ_INDEX_HUFFGAP, rows * cols, nnz);
+    db = dszi_data_bound(nnz, radius ? radius : DSZ_RADIUS_DEFAULT);
+    ib = dszi_index_bound(DSZ_INDEX_HUFFGAP, rows * cols, nnz);
     if (!dsz_isError(ib) && ib < rows * cols + 16) ib = rows * cols + 16; /* the bitmap's */
-    if (dsz_isError(db) || dsz_isError(ib) || db > (size_t)-1 / 2 - ib) return DSZ_ERROR(parameter_outOfBound);
+    if (dsz_isError(db) || dsz_isError(ib) || db > (size_t)-1 / 2 - ib) return DSZI_ERROR(parameter_outOfBound);
     return SPARSE_HEADER + db + ib;
 }
 
-/* gap symbols of the non-zeros of w[0..n) into g (capacity dsz_index_bound GAP8); returns count */
+/* gap symbols of the non-zeros of w[0..n) into g (capacity dszi_index_bound GAP8); returns count */
 static size_t gap_symbols(const float* w, size_t n, uint8_t* g)
 {
     size_t i, k = 0, prev1 = 0; /* prev1 = previous position + 1 */
@@ -57,40 +57,40 @@ static size_t encode_index(uint8_t* dst, size_t cap, const float* w, size_t rows
                            unsigned codec)
 {
     size_t const n = rows * cols;
-    size_t const gcap = dsz_index_bound(DSZ_INDEX_GAP8, n, nnz);
+    size_t const gcap = dszi_index_bound(DSZ_INDEX_GAP8, n, nnz);
     uint8_t* g;
     size_t k, ret, i;
     if (dsz_isError(gcap)) return gcap;
-    if (codec == DSZ_INDEX_BITMAP) return dsz_bitmap_encode(dst, cap, w, rows, cols);
-    if (codec != DSZ_INDEX_GAP8 && codec != DSZ_INDEX_HUFFGAP) return DSZ_ERROR(parameter_unsupported);
+    if (codec == DSZ_INDEX_BITMAP) return dszi_bitmap_encode(dst, cap, w, rows, cols);
+    if (codec != DSZ_INDEX_GAP8 && codec != DSZ_INDEX_HUFFGAP) return DSZI_ERROR(parameter_unsupported);
     g = (uint8_t*)malloc(gcap);
-    if (!g) return DSZ_ERROR(memory_allocation);
+    if (!g) return DSZI_ERROR(memory_allocation);
     k = gap_symbols(w, n, g);
     if (codec == DSZ_INDEX_GAP8) {
-        if (cap < k) ret = DSZ_ERROR(dstSize_tooSmall);
+        if (cap < k) ret = DSZI_ERROR(dstSize_tooSmall);
         else { if (k) memcpy(dst, g, k); ret = k; }
     } else {
         uint64_t hist[256] = {0};
-        dsz_hufEnc h = {NULL, NULL, 0};
-        dsz_bitWriter bw;
+        dszi_hufEnc h = {NULL, NULL, 0};
+        dszi_bitWriter bw;
         for (i = 0; i < k; i++) hist[g[i]]++;
-        ret = dsz_huf_build(&h, hist, 256);
-        if (!dsz_isError(ret)) ret = dsz_huf_writeTable(&h, dst, cap);
+        ret = dszi_huf_build(&h, hist, 256);
+        if (!dsz_isError(ret)) ret = dszi_huf_writeTable(&h, dst, cap);
         if (!dsz_isError(ret)) {
             size_t const pos = ret;
-            if (cap - pos < 8) ret = DSZ_ERROR(dstSize_tooSmall);
+            if (cap - pos < 8) ret = DSZI_ERROR(dstSize_tooSmall);
             else {
-                dsz_bw_init(&bw, dst + pos + 8, cap - pos - 8);
-                for (i = 0; i < k; i++) dsz_bw_put(&bw, h.code[g[i]], h.len[g[i]]);
-                dsz_bw_flush(&bw);
-                if (bw.overflow) ret = DSZ_ERROR(dstSize_tooSmall);
+                dszi_bw_init(&bw, dst + pos + 8, cap - pos - 8);
+                for (i = 0; i < k; i++) dszi_bw_put(&bw, h.code[g[i]], h.len[g[i]]);
+                dszi_bw_flush(&bw);
+                if (bw.overflow) ret = DSZI_ERROR(dstSize_tooSmall);
                 else {
-                    dsz_wr64(dst + pos, (uint64_t)(bw.p - (dst + pos + 8)));
+                    dszi_wr64(dst + pos, (uint64_t)(bw.p - (dst + pos + 8)));
                     ret = (size_t)(bw.p - dst);
                 }
             }
         }
-        dsz_huf_freeEnc(&h);
+        dszi_huf_freeEnc(&h);
     }
     free(g);
     return ret;
@@ -106,38 +106,38 @@ static size_t count_nonzeros(const float* w, size_t n)
 size_t dsz_encodeSparseIndex(void* dst, size_t cap, const float* w, size_t rows, size_t cols, unsigned codec)
 {
     size_t n;
-    if (!dsz_matrix_fits(rows, cols)) return DSZ_ERROR(parameter_outOfBound);
+    if (!dszi_matrix_fits(rows, cols)) return DSZI_ERROR(parameter_outOfBound);
     n = rows * cols;
-    if (n && !w) return DSZ_ERROR(parameter_unsupported);
+    if (n && !w) return DSZI_ERROR(parameter_unsupported);
     return encode_index((uint8_t*)dst, cap, w, rows, cols, count_nonzeros(w, n), codec);
 }
 
 /* w: the matrix as floats (float32, or values of dtype converted by the caller) */
 static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned dtype, size_t rows, size_t cols,
-                            const dsz_params* p, unsigned radius, unsigned codec)
+                            const dsz_params* p, unsigned codec)
 {
     dsz_frameInfo f;
-    dsz_quant q;
+    dszi_quant q;
     unsigned pred;
     size_t const n = rows * cols;
     size_t nnz, i, k, ds, is;
     float* vals;
-    if (cap < SPARSE_HEADER) return DSZ_ERROR(dstSize_tooSmall);
+    if (cap < SPARSE_HEADER) return DSZI_ERROR(dstSize_tooSmall);
     nnz = count_nonzeros(w, n);
     vals = (float*)malloc(sizeof(float) * (nnz ? nnz : 1));
-    if (!vals) return DSZ_ERROR(memory_allocation);
+    if (!vals) return DSZI_ERROR(memory_allocation);
     for (i = 0, k = 0; i < n; i++)
         if (w[i] != 0.0f) vals[k++] = w[i];
-    dsz_quant_init(&q, p->errorBound, radius, 1, dtype);
+    dszi_quant_init(&q, p->errorBound, p->radius, 1, dtype);
     pred = p->predictor;
-    ds = dsz_data_encode(dst + SPARSE_HEADER, cap - SPARSE_HEADER, vals, nnz, &q, &pred);
+    ds = dszi_data_encode(dst + SPARSE_HEADER, cap - SPARSE_HEADER, vals, nnz, &q, &pred);
     free(vals);
     if (dsz_isError(ds)) return ds;
     is = encode_index(dst + SPARSE_HEADER + ds, cap - SPARSE_HEADER - ds, w, rows, cols, nnz, codec);
     if (dsz_isError(is)) return is;
     memset(&f, 0, sizeof(f));
     f.kind = DSZ_KIND_SPARSE;
-    f.version = dsz_dtype_version(dtype);
+    f.version = dszi_dtype_version(dtype);
     f.dtype = dtype;
     f.ndim = 2;
     f.shape[0] = rows;
@@ -145,13 +145,13 @@ static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned d
     f.nnz = nnz;
     f.predictor = pred;
     f.mode = p->mode;
-    f.radius = radius;
+    f.radius = p->radius;
     f.indexCodec = codec;
     f.errorBound = p->errorBound;
     f.userBound = p->userBound;
     f.dataRawSize = f.dataStoredSize = ds;
     f.indexRawSize = f.indexStoredSize = is;
-    DSZ_CHECK(dsz_writeFrameHeader(dst, SPARSE_HEADER, &f));
+    DSZI_CHECK(dsz_writeFrameHeader(dst, SPARSE_HEADER, &f));
     return SPARSE_HEADER + ds + is;
 }
 
@@ -164,21 +164,20 @@ size_t dsz_encodeSparse(void* dst, size_t cap, const float* w, size_t rows, size
 size_t dsz_encodeSparseTyped(void* dst, size_t cap, const void* w, unsigned dtype, size_t rows, size_t cols,
                              const dsz_params* p, unsigned codec)
 {
-    unsigned radius = 0;
     size_t n, r;
     float* vals;
-    DSZ_CHECK(dsz_checkParams(p, &radius));
-    if (codec > DSZ_INDEX_BITMAP || !dsz_dtype_size(dtype)) return DSZ_ERROR(parameter_unsupported);
-    if (!dsz_dtype_bound_ok(dtype, p->errorBound)) return DSZ_ERROR(parameter_outOfBound);
-    if (!dsz_matrix_fits(rows, cols)) return DSZ_ERROR(parameter_outOfBound);
+    DSZI_CHECK(dszi_checkParams(p));
+    if (codec > DSZ_INDEX_BITMAP || !dszi_dtype_size(dtype)) return DSZI_ERROR(parameter_unsupported);
+    if (!dszi_dtype_bound_ok(dtype, p->errorBound)) return DSZI_ERROR(parameter_outOfBound);
+    if (!dszi_matrix_fits(rows, cols)) return DSZI_ERROR(parameter_outOfBound);
     n = rows * cols;
-    if (n && !w) return DSZ_ERROR(parameter_unsupported);
-    if (dtype == DSZ_DTYPE_FLOAT32) return encode_floats((uint8_t*)dst, cap, (const float*)w, dtype, rows, cols, p, radius, codec);
-    if (n > (size_t)-1 / sizeof(float)) return DSZ_ERROR(parameter_outOfBound);
+    if (n && !w) return DSZI_ERROR(parameter_unsupported);
+    if (dtype == DSZ_DTYPE_FLOAT32) return encode_floats((uint8_t*)dst, cap, (const float*)w, dtype, rows, cols, p, codec);
+    if (n > (size_t)-1 / sizeof(float)) return DSZI_ERROR(parameter_outOfBound);
     vals = (float*)malloc(sizeof(float) * (n ? n : 1));
-    if (!vals) return DSZ_ERROR(memory_allocation);
-    dsz_dtype_load(vals, w, dtype, n);
-    r = encode_floats((uint8_t*)dst, cap, vals, dtype, rows, cols, p, radius, codec);
+    if (!vals) return DSZI_ERROR(memory_allocation);
+    dszi_dtype_load(vals, w, dtype, n);
+    r = encode_floats((uint8_t*)dst, cap, vals, dtype, rows, cols, p, codec);
     free(vals);
     return r;
 }
@@ -209,16 +208,16 @@ static size_t positions_gap8(const uint8_t* index, size_t size, size_t* i, uint6
 }
 
 /* exactly m positions from Huffman-coded gaps; returns 0 or -1 */
-static int positions_huff(const dsz_hufDec* h, dsz_bitReader* br, uint64_t* prev1, uint64_t n, size_t* pos, size_t m)
+static int positions_huff(const dszi_hufDec* h, dszi_bitReader* br, uint64_t* prev1, uint64_t n, size_t* pos, size_t m)
 {
     size_t j = 0;
     uint64_t p1 = *prev1;
     while (j < m) {
         int t;
-        dsz_br_refill(br);
+        dszi_br_refill(br);
         if (br->pad > 16) return -1;
         for (t = 0; t < 3 && j < m; t++) {
-            uint32_t const g = dsz_huf_decode(h, br);
+            uint32_t const g = dszi_huf_decode(h, br);
             if (g == 0) {
                 p1 += 255;
                 if (p1 > n) return -1;
@@ -234,19 +233,19 @@ static int positions_huff(const dsz_hufDec* h, dsz_bitReader* br, uint64_t* prev
     return 0;
 }
 
-/* a symbol from a reader refilled to >= DSZ_HUF_MAXLEN bits, UINT32_MAX for an invalid code; the
+/* a symbol from a reader refilled to >= DSZI_HUF_MAXLEN bits, UINT32_MAX for an invalid code; the
  * reader is the caller's local, copied around the call of the slow path so that it stays in registers */
-DSZ_INLINE uint32_t huff_symbol(const dsz_hufDec* h, const uint32_t* lut, dsz_bitReader* r)
+DSZI_INLINE uint32_t huff_symbol(const dszi_hufDec* h, const uint32_t* lut, dszi_bitReader* r)
 {
-    uint32_t const e = lut[dsz_br_peek(r, DSZ_HUF_LUTLOG)];
-    dsz_bitReader t;
+    uint32_t const e = lut[dszi_br_peek(r, DSZI_HUF_LUTLOG)];
+    dszi_bitReader t;
     uint32_t s;
-    if (DSZ_LIKELY(e & 15u)) {
-        dsz_br_skip(r, e & 15u);
+    if (DSZI_LIKELY(e & 15u)) {
+        dszi_br_skip(r, e & 15u);
         return e >> 4;
     }
     t = *r;
-    s = dsz_huf_decodeLong(h, &t);
+    s = dszi_huf_decodeLong(h, &t);
     *r = t;
     return s;
 }
@@ -254,12 +253,12 @@ DSZ_INLINE uint32_t huff_symbol(const dsz_hufDec* h, const uint32_t* lut, dsz_bi
 /* A lookup table for the values' codes that gives what to write: (value's bytes << 8) | code length,
  * 0 for a long code or the outlier symbol (the slow path). Values are at most 4 bytes and the host is
  * little-endian (common.h): the low bytes of an entry are the value's bytes. */
-static uint64_t* value_lut(const dsz_dataDec* d)
+static uint64_t* value_lut(const dszi_dataDec* d)
 {
-    uint64_t* const t = (uint64_t*)malloc(sizeof(uint64_t) << DSZ_HUF_LUTLOG);
+    uint64_t* const t = (uint64_t*)malloc(sizeof(uint64_t) << DSZI_HUF_LUTLOG);
     size_t i;
     if (!t) return NULL;
-    for (i = 0; i < (size_t)1 << DSZ_HUF_LUTLOG; i++) {
+    for (i = 0; i < (size_t)1 << DSZI_HUF_LUTLOG; i++) {
         uint32_t const e = d->huf.lut[i], s = e >> 4;
         uint64_t v = 0;
         if ((e & 15u) && s != 0) {
@@ -281,31 +280,31 @@ static uint64_t* value_lut(const dsz_dataDec* d)
  * against its table. The state lives in locals: dst may alias anything, and state behind pointers
  * would be reloaded after every store. Returns the number of non-zeros decoded in all (from k), or
  * (uint64_t)-1 on corrupt input. */
-DSZ_INLINE uint64_t fused_huff(uint8_t* dst, unsigned size, const dsz_hufDec* h, dsz_bitReader* br,
-                               dsz_dataDec* d, const uint64_t* vlut, uint64_t* prev1, uint64_t n, uint64_t k,
+DSZI_INLINE uint64_t fused_huff(uint8_t* dst, unsigned size, const dszi_hufDec* h, dszi_bitReader* br,
+                               dszi_dataDec* d, const uint64_t* vlut, uint64_t* prev1, uint64_t n, uint64_t k,
                                uint64_t nnz)
 {
     const uint32_t* const glut = h->lut;
     const uint8_t* const outl = d->outl;
     uint64_t const nOut = d->nOut;
     uint64_t kOut = d->kOut, p1 = *prev1;
-    dsz_bitReader gb = *br, vb = d->br;
-    while (nnz - k >= 3 && n - p1 > 3 * 255 && dsz_br_far(&gb) && dsz_br_far(&vb)) {
+    dszi_bitReader gb = *br, vb = d->br;
+    while (nnz - k >= 3 && n - p1 > 3 * 255 && dszi_br_far(&gb) && dszi_br_far(&vb)) {
         int t;
-        dsz_br_refillFast(&gb);
-        dsz_br_refillFast(&vb);
+        dszi_br_refillFast(&gb);
+        dszi_br_refillFast(&vb);
         for (t = 0; t < 3; t++) {
             uint32_t const g = huff_symbol(h, glut, &gb);
-            uint64_t const e = vlut[dsz_br_peek(&vb, DSZ_HUF_LUTLOG)];
+            uint64_t const e = vlut[dszi_br_peek(&vb, DSZI_HUF_LUTLOG)];
             uint64_t v;
-            if (DSZ_UNLIKELY(g == 0)) { /* a filler: no value */
+            if (DSZI_UNLIKELY(g == 0)) { /* a filler: no value */
                 p1 += 255;
                 continue;
             }
             if (g == UINT32_MAX) return (uint64_t)-1;
             p1 += g; /* the position p1 - 1 < n */
-            if (DSZ_LIKELY(e)) {
-                dsz_br_skip(&vb, (unsigned)e & 15u);
+            if (DSZI_LIKELY(e)) {
+                dszi_br_skip(&vb, (unsigned)e & 15u);
                 v = e >> 8;
             } else {
                 uint32_t const s = huff_symbol(&d->huf, d->huf.lut, &vb);
@@ -340,30 +339,30 @@ typedef struct {
     uint64_t bitBytes; /* huffgap: bytes of the bitstream */
     uint64_t prev1;    /* the previous position + 1 */
     uint64_t k;        /* non-zeros read so far */
-    dsz_hufDec h;      /* huffgap */
-    dsz_bitReader br;  /* huffgap */
-    dsz_bitmapDec bm;  /* bitmap */
-    dsz_dataDec d;
+    dszi_hufDec h;      /* huffgap */
+    dszi_bitReader br;  /* huffgap */
+    dszi_bitmapDec bm;  /* bitmap */
+    dszi_dataDec d;
 } sparse_reader;
 
 /* What a sparse frame's header and section sizes must satisfy before any section is read
  * (checked before the caller's capacity, which depends on the header). Returns 0 or an error. */
 static size_t sparse_check(const dsz_frameInfo* f, size_t dataSize, size_t indexSize)
 {
-    if (!f || f->kind != DSZ_KIND_SPARSE) return DSZ_ERROR(parameter_unsupported);
-    DSZ_CHECK(dsz_frame_check(f));
-    if (f->shape[1] && f->shape[0] > DSZ_MAX_ELEMENTS / f->shape[1]) return DSZ_ERROR(corruption_detected);
-    if (f->shape[0] * f->shape[1] != f->nElements) return DSZ_ERROR(corruption_detected);
-    if (f->indexCodec > DSZ_INDEX_BITMAP) return DSZ_ERROR(frameParameter_unsupported);
-    if (dataSize != f->dataRawSize || indexSize != f->indexRawSize) return DSZ_ERROR(srcSize_wrong);
+    if (!f || f->kind != DSZ_KIND_SPARSE) return DSZI_ERROR(parameter_unsupported);
+    DSZI_CHECK(dszi_frame_check(f));
+    if (f->shape[1] && f->shape[0] > DSZ_MAX_ELEMENTS / f->shape[1]) return DSZI_ERROR(corruption_detected);
+    if (f->shape[0] * f->shape[1] != f->nElements) return DSZI_ERROR(corruption_detected);
+    if (f->indexCodec > DSZ_INDEX_BITMAP) return DSZI_ERROR(frameParameter_unsupported);
+    if (dataSize != f->dataRawSize || indexSize != f->indexRawSize) return DSZI_ERROR(srcSize_wrong);
     return 0;
 }
 
 static void sparse_free(sparse_reader* s)
 {
-    dsz_bitmap_free(&s->bm);
-    dsz_huf_freeDec(&s->h);
-    dsz_data_free(&s->d);
+    dszi_bitmap_free(&s->bm);
+    dszi_huf_freeDec(&s->h);
+    dszi_data_free(&s->d);
 }
 
 /* Open both sections (after sparse_check). Mallocs the decoding tables; on success the caller
@@ -371,27 +370,27 @@ static void sparse_free(sparse_reader* s)
 static size_t sparse_open(sparse_reader* s, const dsz_frameInfo* f, const void* data, size_t dataSize,
                           const void* index, size_t indexSize)
 {
-    dsz_quant q;
+    dszi_quant q;
     size_t r;
     memset(s, 0, sizeof(*s));
     s->f = f;
     s->index = (const uint8_t*)index;
     s->indexSize = indexSize;
-    dsz_quant_init(&q, f->errorBound, f->radius, 1, f->dtype);
-    r = dsz_data_open(&s->d, (const uint8_t*)data, dataSize, (size_t)f->nnz, &q, f->predictor);
+    dszi_quant_init(&q, f->errorBound, f->radius, 1, f->dtype);
+    r = dszi_data_open(&s->d, (const uint8_t*)data, dataSize, (size_t)f->nnz, &q, f->predictor);
     if (dsz_isError(r)) return r;
     if (f->indexCodec == DSZ_INDEX_HUFFGAP) {
-        size_t const ts = dsz_huf_readTable(&s->h, s->index, indexSize, 256);
+        size_t const ts = dszi_huf_readTable(&s->h, s->index, indexSize, 256);
         if (dsz_isError(ts)) { r = ts; goto fail; }
-        r = DSZ_ERROR(corruption_detected);
+        r = DSZI_ERROR(corruption_detected);
         if (indexSize - ts < 8) goto fail;
-        s->bitBytes = dsz_rd64(s->index + ts);
+        s->bitBytes = dszi_rd64(s->index + ts);
         if (s->bitBytes != indexSize - ts - 8 || (f->nnz && !s->h.maxLen)) goto fail;
-        dsz_br_init(&s->br, s->index + ts + 8, (size_t)s->bitBytes);
+        dszi_br_init(&s->br, s->index + ts + 8, (size_t)s->bitBytes);
     } else if (f->indexCodec == DSZ_INDEX_BITMAP) {
-        r = dsz_bitmap_open(&s->bm, s->index, indexSize, (size_t)f->shape[0], (size_t)f->shape[1]);
+        r = dszi_bitmap_open(&s->bm, s->index, indexSize, (size_t)f->shape[0], (size_t)f->shape[1]);
         if (dsz_isError(r)) goto fail;
-        r = DSZ_ERROR(corruption_detected);
+        r = DSZI_ERROR(corruption_detected);
         if ((f->nnz == 0) != (indexSize == 0)) goto fail;
     }
     return 0;
@@ -402,17 +401,17 @@ fail:
 
 /* The next m non-zeros (m <= nnz - k): their positions, strictly increasing and below n, into
  * pos[] and their values as floats into val[]. Returns 0, or -1 on corrupt input. */
-DSZ_INLINE int sparse_next(sparse_reader* s, size_t* pos, float* val, size_t m)
+DSZI_INLINE int sparse_next(sparse_reader* s, size_t* pos, float* val, size_t m)
 {
     uint64_t const n = s->f->nElements;
     if (s->f->indexCodec == DSZ_INDEX_GAP8) {
         if (positions_gap8(s->index, s->indexSize, &s->at, &s->prev1, n, pos, m) != m) return -1;
     } else if (s->f->indexCodec == DSZ_INDEX_HUFFGAP) {
         if (positions_huff(&s->h, &s->br, &s->prev1, n, pos, m)) return -1;
-    } else if (dsz_bitmap_positions(&s->bm, n, pos, m) != m) {
+    } else if (dszi_bitmap_positions(&s->bm, n, pos, m) != m) {
         return -1;
     }
-    if (dsz_data_decode(&s->d, val, m)) return -1;
+    if (dszi_data_decode(&s->d, val, m)) return -1;
     s->k += m;
     return 0;
 }
@@ -423,24 +422,24 @@ static size_t sparse_close(sparse_reader* s)
 {
     size_t r;
     if (s->f->indexCodec == DSZ_INDEX_GAP8) {
-        if (s->at != s->indexSize) return DSZ_ERROR(corruption_detected);
+        if (s->at != s->indexSize) return DSZI_ERROR(corruption_detected);
     } else if (s->f->indexCodec == DSZ_INDEX_BITMAP) {
         /* the coder's flush is read to its last byte */
-        if (s->bm.p != s->bm.end) return DSZ_ERROR(corruption_detected);
+        if (s->bm.p != s->bm.end) return DSZI_ERROR(corruption_detected);
     } else if (s->f->nnz) {
-        uint64_t const used = dsz_br_consumed(&s->br);
-        if (used > 8 * s->bitBytes || used + 8 <= 8 * s->bitBytes) return DSZ_ERROR(corruption_detected);
+        uint64_t const used = dszi_br_consumed(&s->br);
+        if (used > 8 * s->bitBytes || used + 8 <= 8 * s->bitBytes) return DSZI_ERROR(corruption_detected);
     } else if (s->bitBytes) {
-        return DSZ_ERROR(corruption_detected);
+        return DSZI_ERROR(corruption_detected);
     }
-    r = dsz_data_close(&s->d);
+    r = dszi_data_close(&s->d);
     return dsz_isError(r) ? r : (size_t)s->f->nnz;
 }
 
 size_t dsz_decodeSparse(float* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data, size_t dataSize,
                         const void* index, size_t indexSize)
 {
-    if (f && f->dtype != DSZ_DTYPE_FLOAT32) return DSZ_ERROR(frameParameter_unsupported);
+    if (f && f->dtype != DSZ_DTYPE_FLOAT32) return DSZI_ERROR(frameParameter_unsupported);
     return dsz_decodeSparseTyped(dst, dstCapacity, f, data, dataSize, index, indexSize);
 }
 
@@ -455,22 +454,22 @@ static size_t decode_dense(sparse_reader* s, void* dst)
         uint64_t* const vlut = value_lut(&s->d);
         uint64_t const n = f->nElements, nnz = f->nnz;
         uint8_t* const out = (uint8_t*)dst;
-        if (!vlut) return DSZ_ERROR(memory_allocation);
+        if (!vlut) return DSZI_ERROR(memory_allocation);
         /* a constant size for each, so that every value is one store */
         if (s->d.outSize == 4) s->k = fused_huff(out, 4, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
         else if (s->d.outSize == 2) s->k = fused_huff(out, 2, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
         else s->k = fused_huff(out, 1, &s->h, &s->br, &s->d, vlut, &s->prev1, n, 0, nnz);
         free(vlut);
-        if (s->k == (uint64_t)-1) return DSZ_ERROR(corruption_detected);
+        if (s->k == (uint64_t)-1) return DSZI_ERROR(corruption_detected);
     }
     while (s->k < f->nnz) {
         size_t const m = f->nnz - s->k < BATCH ? (size_t)(f->nnz - s->k) : BATCH;
-        if (sparse_next(s, pos, val, m)) return DSZ_ERROR(corruption_detected);
+        if (sparse_next(s, pos, val, m)) return DSZI_ERROR(corruption_detected);
         if (f->dtype == DSZ_DTYPE_FLOAT32) {
             float* const out = (float*)dst;
             for (j = 0; j < m; j++) out[pos[j]] = val[j];
         } else {
-            dsz_dtype_scatter(dst, pos, val, m, f->dtype);
+            dszi_dtype_scatter(dst, pos, val, m, f->dtype);
         }
     }
     return sparse_close(s);
@@ -481,9 +480,9 @@ size_t dsz_decodeSparseTyped(void* dst, size_t dstCapacity, const dsz_frameInfo*
 {
     sparse_reader s;
     size_t r;
-    DSZ_CHECK(sparse_check(f, dataSize, indexSize));
-    if (dstCapacity < f->nElements) return DSZ_ERROR(dstSize_tooSmall);
-    DSZ_CHECK(sparse_open(&s, f, data, dataSize, index, indexSize));
+    DSZI_CHECK(sparse_check(f, dataSize, indexSize));
+    if (dstCapacity < f->nElements) return DSZI_ERROR(dstSize_tooSmall);
+    DSZI_CHECK(sparse_open(&s, f, data, dataSize, index, indexSize));
     r = decode_dense(&s, dst);
     sparse_free(&s);
     return r;
@@ -500,7 +499,7 @@ static size_t decode_csr(sparse_reader* s, int64_t* rowPtr, int32_t* colIndex, f
     while (s->k < s->f->nnz) {
         size_t const m = s->f->nnz - s->k < BATCH ? (size_t)(s->f->nnz - s->k) : BATCH;
         size_t const k0 = (size_t)s->k;
-        if (sparse_next(s, pos, values + k0, m)) return DSZ_ERROR(corruption_detected);
+        if (sparse_next(s, pos, values + k0, m)) return DSZI_ERROR(corruption_detected);
         for (j = 0; j < m; j++) {
             /* positions increase: rows are closed in order, the empty ones included */
             while (pos[j] - rowStart >= cols) {
@@ -524,12 +523,12 @@ size_t dsz_decodeSparseCSR(int64_t* rowPtr, int32_t* colIndex, float* values, si
 {
     sparse_reader s;
     size_t r;
-    DSZ_CHECK(sparse_check(f, dataSize, indexSize));
+    DSZI_CHECK(sparse_check(f, dataSize, indexSize));
     /* column indices are int32; rows + 1 pointers must be addressable */
     if (f->shape[1] > (uint64_t)INT32_MAX + 1 || f->shape[0] >= (size_t)-1 / sizeof(int64_t))
-        return DSZ_ERROR(parameter_outOfBound);
-    if (nnzCapacity < f->nnz) return DSZ_ERROR(dstSize_tooSmall);
-    DSZ_CHECK(sparse_open(&s, f, data, dataSize, index, indexSize));
+        return DSZI_ERROR(parameter_outOfBound);
+    if (nnzCapacity < f->nnz) return DSZI_ERROR(dstSize_tooSmall);
+    DSZI_CHECK(sparse_open(&s, f, data, dataSize, index, indexSize));
     r = decode_csr(&s, rowPtr, colIndex, values);
     sparse_free(&s);
     return r;

@@ -29,12 +29,23 @@ static float laplace(double scale)
     return (float)(-scale * (u < 0 ? -1 : 1) * log(1 - 2 * fabs(u) + 1e-300));
 }
 
-static dsz_params params(double eb, unsigned predictor)
+/* one parameter object for the whole run, set afresh by each params_radius() (freed by main) */
+static dsz_params* shared_params;
+
+/* the parameter object set to the bound eb (user bound eb, mode abs), predictor and radius */
+static const dsz_params* params_radius(double eb, unsigned predictor, unsigned radius)
 {
-    dsz_params p;
-    p.errorBound = eb; p.userBound = eb; p.mode = DSZ_MODE_ABS; p.predictor = predictor; p.radius = 0;
-    return p;
+    if (!shared_params) shared_params = dsz_createParams();
+    if (!shared_params) { fprintf(stderr, "out of memory\n"); exit(1); }
+    CHECK(dsz_params_setParameter(shared_params, dsz_p_errorBound, eb) == 0);
+    CHECK(dsz_params_setParameter(shared_params, dsz_p_userBound, eb) == 0);
+    CHECK(dsz_params_setParameter(shared_params, dsz_p_mode, DSZ_MODE_ABS) == 0);
+    CHECK(dsz_params_setParameter(shared_params, dsz_p_predictor, predictor) == 0);
+    CHECK(dsz_params_setParameter(shared_params, dsz_p_radius, radius) == 0);
+    return shared_params;
 }
+
+static const dsz_params* params(double eb, unsigned predictor) { return params_radius(eb, predictor, 0); }
 
 static int same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
 
@@ -50,7 +61,7 @@ static int within(const float* x, const float* y, size_t n, double eb)
 
 static void test_errors(void)
 {
-    size_t const e = DSZ_ERROR(corruption_detected);
+    size_t const e = DSZI_ERROR(corruption_detected);
     CHECK(dsz_isError(e));
     CHECK(!dsz_isError(0) && !dsz_isError(12345));
     CHECK(dsz_getErrorCode(e) == DSZ_error_corruption_detected);
@@ -67,11 +78,11 @@ static void round_trip(const float* x, size_t n, double eb, unsigned predictor, 
     size_t const cap = dsz_compressBound(n, 0);
     uint8_t* buf = (uint8_t*)malloc(cap);
     float* y = (float*)malloc(sizeof(float) * (n + 1));
-    dsz_params const p = params(eb, predictor);
+    const dsz_params* const p = params(eb, predictor);
     size_t csize, r, k;
     shape[0] = n;
     CHECK(!dsz_isError(cap));
-    csize = dsz_compress(buf, cap, x, shape, 1, &p);
+    csize = dsz_compress(buf, cap, x, shape, 1, p);
     CHECK(!dsz_isError(csize));
     if (dsz_isError(csize)) { free(buf); free(y); return; }
     r = dsz_decompress(y, n, buf, csize);
@@ -119,23 +130,98 @@ static void test_arrays(void)
     free(x);
 }
 
+/* the values an encoder cannot take are refused as they are set, with the codes the encoders gave
+   them when the parameters were a struct, and leave the object as it was */
 static void test_bad_params(void)
 {
     float x[4] = {1, 2, 3, 4};
     unsigned long long shape[1] = {4};
     uint8_t buf[512];
-    dsz_params p = params(0.0, DSZ_PRED_NONE);
-    CHECK(dsz_getErrorCode(dsz_compress(buf, sizeof(buf), x, shape, 1, &p)) == DSZ_error_parameter_outOfBound);
-    p.errorBound = NAN;
-    CHECK(dsz_isError(dsz_compress(buf, sizeof(buf), x, shape, 1, &p)));
-    p = params(1e-3, 7);
-    CHECK(dsz_getErrorCode(dsz_compress(buf, sizeof(buf), x, shape, 1, &p)) == DSZ_error_parameter_unsupported);
-    p = params(1e-3, DSZ_PRED_NONE);
-    p.radius = DSZ_RADIUS_MAX + 1;
-    CHECK(dsz_isError(dsz_compress(buf, sizeof(buf), x, shape, 1, &p)));
-    p.radius = 0;
-    CHECK(dsz_getErrorCode(dsz_compress(buf, 20, x, shape, 1, &p)) == DSZ_error_dstSize_tooSmall);
-    CHECK(dsz_getErrorCode(dsz_compress(buf, 60, x, shape, 1, &p)) == DSZ_error_dstSize_tooSmall);
+    dsz_params* const p = dsz_createParams();
+    double v = -1;
+    CHECK(p != NULL);
+    if (!p) return;
+    /* no bound yet, or no object: the encoders refuse */
+    CHECK(dsz_getErrorCode(dsz_compress(buf, sizeof(buf), x, shape, 1, p)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_encodeSparse(buf, sizeof(buf), x, 2, 2, p, DSZ_INDEX_GAP8)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_compress(buf, sizeof(buf), x, shape, 1, NULL)) == DSZ_error_parameter_unsupported);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_errorBound, 0.0)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_errorBound, -1e-3)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_errorBound, NAN)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_errorBound, INFINITY)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_userBound, NAN)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_userBound, -INFINITY)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_predictor, 7)) == DSZ_error_parameter_unsupported);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_predictor, 0.5)) == DSZ_error_parameter_unsupported);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_mode, 2)) == DSZ_error_parameter_unsupported);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_radius, DSZ_RADIUS_MAX + 1)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_radius, -1)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_radius, 2.5)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, dsz_p_radius, NAN)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(p, (dsz_parameter)99, 1)) == DSZ_error_parameter_unsupported);
+    CHECK(dsz_getErrorCode(dsz_params_setParameter(NULL, dsz_p_radius, 1)) == DSZ_error_parameter_unsupported);
+    CHECK(dsz_getErrorCode(dsz_params_getParameter(p, (dsz_parameter)0, &v)) == DSZ_error_parameter_unsupported);
+    CHECK(dsz_getErrorCode(dsz_params_getParameter(p, dsz_p_radius, NULL)) == DSZ_error_parameter_unsupported);
+    /* none of them changed the defaults */
+    CHECK(dsz_params_getParameter(p, dsz_p_errorBound, &v) == 0 && v == 0);
+    CHECK(dsz_params_getParameter(p, dsz_p_userBound, &v) == 0 && v == 0);
+    CHECK(dsz_params_getParameter(p, dsz_p_mode, &v) == 0 && v == DSZ_MODE_ABS);
+    CHECK(dsz_params_getParameter(p, dsz_p_predictor, &v) == 0 && v == DSZ_PRED_AUTO);
+    CHECK(dsz_params_getParameter(p, dsz_p_radius, &v) == 0 && v == DSZ_RADIUS_DEFAULT);
+    CHECK(dsz_params_setParameter(p, dsz_p_errorBound, 1e-3) == 0);
+    CHECK(dsz_params_setParameter(p, dsz_p_predictor, DSZ_PRED_NONE) == 0);
+    CHECK(dsz_getErrorCode(dsz_compress(buf, 20, x, shape, 1, p)) == DSZ_error_dstSize_tooSmall);
+    CHECK(dsz_getErrorCode(dsz_compress(buf, 60, x, shape, 1, p)) == DSZ_error_dstSize_tooSmall);
+    dsz_freeParams(p);
+}
+
+/* the bounds each parameter reports are accepted, and the frame records what was set */
+static void test_params(void)
+{
+    float x[4] = {1, 2, 3, 4};
+    unsigned long long shape[1] = {4};
+    uint8_t buf[512];
+    dsz_params* const p = dsz_createParams();
+    dsz_frameInfo f;
+    dsz_bounds b;
+    double v = -1;
+    size_t cs;
+    CHECK(p != NULL);
+    if (!p) return;
+    b = dsz_param_getBounds(dsz_p_errorBound);
+    CHECK(b.error == 0 && b.lowerBound > 0 && b.lowerBound == DBL_MIN * DBL_EPSILON && b.upperBound == DBL_MAX);
+    CHECK(dsz_params_setParameter(p, dsz_p_errorBound, b.lowerBound) == 0);
+    CHECK(dsz_params_setParameter(p, dsz_p_errorBound, b.upperBound) == 0);
+    b = dsz_param_getBounds(dsz_p_userBound);
+    CHECK(b.error == 0 && b.lowerBound == -DBL_MAX && b.upperBound == DBL_MAX);
+    b = dsz_param_getBounds(dsz_p_mode);
+    CHECK(b.error == 0 && b.lowerBound == DSZ_MODE_ABS && b.upperBound == DSZ_MODE_REL);
+    b = dsz_param_getBounds(dsz_p_predictor);
+    CHECK(b.error == 0 && b.lowerBound == DSZ_PRED_NONE && b.upperBound == DSZ_PRED_AUTO);
+    b = dsz_param_getBounds(dsz_p_radius);
+    CHECK(b.error == 0 && b.lowerBound == 0 && b.upperBound == DSZ_RADIUS_MAX);
+    CHECK(dsz_params_setParameter(p, dsz_p_radius, b.upperBound) == 0);
+    CHECK(dsz_params_getParameter(p, dsz_p_radius, &v) == 0 && v == DSZ_RADIUS_MAX);
+    CHECK(dsz_params_setParameter(p, dsz_p_radius, b.lowerBound) == 0); /* 0: the default */
+    CHECK(dsz_params_getParameter(p, dsz_p_radius, &v) == 0 && v == DSZ_RADIUS_DEFAULT);
+    CHECK(dsz_getErrorCode(dsz_param_getBounds((dsz_parameter)0).error) == DSZ_error_parameter_unsupported);
+    /* the user bound follows the error bound until it is set */
+    CHECK(dsz_params_setParameter(p, dsz_p_errorBound, 0.25) == 0);
+    CHECK(dsz_params_getParameter(p, dsz_p_userBound, &v) == 0 && v == 0.25);
+    cs = dsz_compress(buf, sizeof(buf), x, shape, 1, p);
+    CHECK(!dsz_isError(dsz_getFrameInfo(&f, buf, cs)));
+    CHECK(f.errorBound == 0.25 && f.userBound == 0.25 && f.mode == DSZ_MODE_ABS && f.radius == DSZ_RADIUS_DEFAULT);
+    CHECK(dsz_params_setParameter(p, dsz_p_userBound, 0.01) == 0);
+    CHECK(dsz_params_setParameter(p, dsz_p_mode, DSZ_MODE_REL) == 0);
+    CHECK(dsz_params_setParameter(p, dsz_p_predictor, DSZ_PRED_LORENZO) == 0);
+    CHECK(dsz_params_setParameter(p, dsz_p_radius, 100) == 0);
+    CHECK(dsz_params_setParameter(p, dsz_p_errorBound, 0.5) == 0);
+    CHECK(dsz_params_getParameter(p, dsz_p_userBound, &v) == 0 && v == 0.01);
+    cs = dsz_compress(buf, sizeof(buf), x, shape, 1, p);
+    CHECK(!dsz_isError(dsz_getFrameInfo(&f, buf, cs)));
+    CHECK(f.errorBound == 0.5 && f.userBound == 0.01 && f.mode == DSZ_MODE_REL && f.radius == 100);
+    CHECK(f.predictor == DSZ_PRED_LORENZO);
+    CHECK(dsz_freeParams(p) == 0 && dsz_freeParams(NULL) == 0);
 }
 
 static void test_header(void)
@@ -143,9 +229,9 @@ static void test_header(void)
     float x[6] = {1, 2, 3, 4, 5, 6};
     unsigned long long shape[2] = {2, 3};
     uint8_t buf[4096];
-    dsz_params const p = params(1e-3, DSZ_PRED_NONE);
+    const dsz_params* const p = params(1e-3, DSZ_PRED_NONE);
     dsz_frameInfo f;
-    size_t const cs = dsz_compress(buf, sizeof(buf), x, shape, 2, &p);
+    size_t const cs = dsz_compress(buf, sizeof(buf), x, shape, 2, p);
     size_t hs;
     CHECK(!dsz_isError(cs));
     hs = dsz_getFrameInfo(&f, buf, cs);
@@ -166,13 +252,13 @@ static void test_header(void)
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_corruption_detected);
     buf[11] = 0;
     /* shape whose product overflows */
-    dsz_wr64(buf + 48, 1ull << 40);
-    dsz_wr64(buf + 56, 1ull << 40);
+    dszi_wr64(buf + 48, 1ull << 40);
+    dszi_wr64(buf + 56, 1ull << 40);
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_corruption_detected);
     /* 2^32 values: a count the format allows, more than a 32-bit build can address (refused as
      * unsupported there); a 64-bit build finds the data section too short for them */
-    dsz_wr64(buf + 48, 1ull << 16);
-    dsz_wr64(buf + 56, 1ull << 16);
+    dszi_wr64(buf + 48, 1ull << 16);
+    dszi_wr64(buf + 56, 1ull << 16);
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) ==
           (sizeof(size_t) < 8 ? DSZ_error_frameParameter_unsupported : DSZ_error_corruption_detected));
 }
@@ -183,8 +269,8 @@ static size_t table(uint8_t* t, unsigned maxLen, uint32_t lo, const unsigned* le
     memset(t, 0, 64);
     t[0] = (uint8_t)maxLen;
     t[1] = 0;
-    dsz_wr32(t + 2, lo);
-    dsz_wr32(t + 6, lo + count - 1);
+    dszi_wr32(t + 2, lo);
+    dszi_wr32(t + 6, lo + count - 1);
     for (i = 0; i < count; i++) t[10 + i / 2] |= (uint8_t)(lens[i] << ((i & 1) ? 0 : 4));
     return 10 + (count + 1) / 2;
 }
@@ -192,21 +278,21 @@ static size_t table(uint8_t* t, unsigned maxLen, uint32_t lo, const unsigned* le
 static void test_huffman_tables(void)
 {
     uint8_t t[64];
-    dsz_hufDec d;
+    dszi_hufDec d;
     static const unsigned complete[] = {1, 2, 3, 3};
     static const unsigned over[] = {1, 2, 2, 3};
     static const unsigned incomplete[] = {1, 2, 3};
     static const unsigned single[] = {1};
-    size_t r = dsz_huf_readTable(&d, t, table(t, 3, 5, complete, 4), 16);
+    size_t r = dszi_huf_readTable(&d, t, table(t, 3, 5, complete, 4), 16);
     CHECK(!dsz_isError(r));
-    dsz_huf_freeDec(&d);
-    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 3, 5, over, 4), 16)));
-    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 3, 5, incomplete, 3), 16)));
-    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 4, 5, complete, 4), 16))); /* maxLen lies */
-    CHECK(dsz_isError(dsz_huf_readTable(&d, t, table(t, 3, 14, complete, 4), 16))); /* past alphabet */
-    r = dsz_huf_readTable(&d, t, table(t, 1, 3, single, 1), 16);
+    dszi_huf_freeDec(&d);
+    CHECK(dsz_isError(dszi_huf_readTable(&d, t, table(t, 3, 5, over, 4), 16)));
+    CHECK(dsz_isError(dszi_huf_readTable(&d, t, table(t, 3, 5, incomplete, 3), 16)));
+    CHECK(dsz_isError(dszi_huf_readTable(&d, t, table(t, 4, 5, complete, 4), 16))); /* maxLen lies */
+    CHECK(dsz_isError(dszi_huf_readTable(&d, t, table(t, 3, 14, complete, 4), 16))); /* past alphabet */
+    r = dszi_huf_readTable(&d, t, table(t, 1, 3, single, 1), 16);
     CHECK(!dsz_isError(r) && d.single);
-    dsz_huf_freeDec(&d);
+    dszi_huf_freeDec(&d);
 }
 
 /* dsz_decodeSparseCSR on a frame's raw sections against the dense decoder's result rd and matrix y
@@ -258,12 +344,12 @@ static void sparse_case(size_t rows, size_t cols, double density, unsigned codec
     float* y = (float*)calloc(n + 1, sizeof(float));
     size_t const cap = dsz_sparseBound(rows, cols, n, 0);
     uint8_t* buf = (uint8_t*)malloc(cap);
-    dsz_params const p = params(1e-2, DSZ_PRED_AUTO);
+    const dsz_params* const p = params(1e-2, DSZ_PRED_AUTO);
     dsz_frameInfo f;
     size_t i, cs, hs, r, nnz = 0, k;
     for (i = 0; i < n; i++)
         if (unif() < density) { w[i] = laplace(0.05); if (w[i] == 0.0f) w[i] = 1.0f; nnz++; }
-    cs = dsz_encodeSparse(buf, cap, w, rows, cols, &p, codec);
+    cs = dsz_encodeSparse(buf, cap, w, rows, cols, p, codec);
     CHECK(!dsz_isError(cs));
     hs = dsz_getFrameInfo(&f, buf, cs);
     CHECK(!dsz_isError(hs) && f.nnz == nnz && f.indexCodec == codec);
@@ -324,7 +410,7 @@ static void test_unaligned(void)
     uint8_t* odd_mem = (uint8_t*)malloc(cap + 8);
     uint8_t* const odd = odd_mem + 1;
     unsigned long long shape[1];
-    dsz_params const p = params(1e-2, DSZ_PRED_AUTO);
+    const dsz_params* const p = params(1e-2, DSZ_PRED_AUTO);
     dsz_frameInfo f;
     size_t i, cs, hs;
     unsigned c;
@@ -332,7 +418,7 @@ static void test_unaligned(void)
     for (i = 0; i < n; i++) w[i] = unif() < 0.1 ? laplace(0.05) : 0.0f;
 
     shape[0] = n;
-    cs = dsz_compress(buf, cap, w, shape, 1, &p);
+    cs = dsz_compress(buf, cap, w, shape, 1, p);
     CHECK(!dsz_isError(cs));
     memcpy(odd, buf, cs);
     CHECK(dsz_decompress(ref, n, buf, cs) == n);
@@ -340,7 +426,7 @@ static void test_unaligned(void)
     CHECK(memcmp(ref, out, sizeof(float) * n) == 0);
 
     for (c = DSZ_INDEX_GAP8; c <= DSZ_INDEX_BITMAP; c++) {
-        cs = dsz_encodeSparse(buf, cap, w, rows, cols, &p, c);
+        cs = dsz_encodeSparse(buf, cap, w, rows, cols, p, c);
         CHECK(!dsz_isError(cs));
         memcpy(odd, buf, cs);
         hs = dsz_getFrameInfo(&f, odd, cs);
@@ -369,13 +455,13 @@ static void half_case(const uint16_t* h, size_t n, double eb, unsigned pred)
     uint8_t* buf = (uint8_t*)malloc(cap);
     uint16_t* out = (uint16_t*)calloc(n ? n : 1, 2);
     unsigned long long shape[1];
-    dsz_params const p = params(eb, pred);
+    const dsz_params* const p = params(eb, pred);
     dsz_frameInfo f;
     size_t cs, hs, i, r;
     shape[0] = n;
     for (r = 0; r < 2; r++) {
-        cs = r ? dsz_encodeSparseTyped(buf, cap, h, DSZ_DTYPE_FLOAT16, 1, n, &p, DSZ_INDEX_HUFFGAP)
-               : dsz_compressTyped(buf, cap, h, DSZ_DTYPE_FLOAT16, shape, 1, &p);
+        cs = r ? dsz_encodeSparseTyped(buf, cap, h, DSZ_DTYPE_FLOAT16, 1, n, p, DSZ_INDEX_HUFFGAP)
+               : dsz_compressTyped(buf, cap, h, DSZ_DTYPE_FLOAT16, shape, 1, p);
         CHECK(!dsz_isError(cs));
         hs = dsz_getFrameInfo(&f, buf, cs);
         CHECK(!dsz_isError(hs) && f.dtype == DSZ_DTYPE_FLOAT16 && f.version == 2);
@@ -387,7 +473,7 @@ static void half_case(const uint16_t* h, size_t n, double eb, unsigned pred)
         CHECK(dsz_getErrorCode(dsz_decompressArray((float*)out, n, &f, buf + hs, cs - hs)) ==
               DSZ_error_frameParameter_unsupported || r);
         for (i = 0; i < n; i++) {
-            float const x = dsz_f16_to_f32(h[i]), y = dsz_f16_to_f32(out[i]);
+            float const x = dszi_f16_to_f32(h[i]), y = dszi_f16_to_f32(out[i]);
             if (isfinite(x)) CHECK(fabs((double)x - (double)y) <= eb && (!r || (x == 0.0f) == (y == 0.0f)));
             else CHECK(h[i] == out[i]);
         }
@@ -406,13 +492,13 @@ static void test_half(void)
     size_t i;
     float f;
     /* the conversions: exact both ways for every float16 pattern (NaN payloads included) */
-    for (i = 0; i < 65536; i++) CHECK(dsz_f32_to_f16(dsz_f16_to_f32((uint32_t)i)) == i);
-    CHECK(dsz_f16_round(65519.0) == 65504.0f && dsz_f16_round(65520.0) == 0.0f);
-    CHECK(dsz_f16_round(1.0 + 1.0 / 2048) == 1.0f && dsz_f16_round(1.0 + 3.0 / 2048) == 1.0f + 2.0f / 1024);
-    CHECK(dsz_f16_round(2.9802322387695312e-08) == 0.0f && dsz_f16_round(3e-8) == 5.9604644775390625e-08f);
+    for (i = 0; i < 65536; i++) CHECK(dszi_f32_to_f16(dszi_f16_to_f32((uint32_t)i)) == i);
+    CHECK(dszi_f16_round(65519.0) == 65504.0f && dszi_f16_round(65520.0) == 0.0f);
+    CHECK(dszi_f16_round(1.0 + 1.0 / 2048) == 1.0f && dszi_f16_round(1.0 + 3.0 / 2048) == 1.0f + 2.0f / 1024);
+    CHECK(dszi_f16_round(2.9802322387695312e-08) == 0.0f && dszi_f16_round(3e-8) == 5.9604644775390625e-08f);
     for (i = 0; i < n; i++) {
         f = laplace(0.05);
-        h[i] = (uint16_t)dsz_f32_to_f16(dsz_f16_round(f));
+        h[i] = (uint16_t)dszi_f32_to_f16(dszi_f16_round(f));
     }
     half_case(h, n, 1e-3, DSZ_PRED_NONE);
     half_case(h, n, 1e-3, DSZ_PRED_LORENZO);
@@ -438,7 +524,7 @@ static void test_int8(void)
     dsz_frameInfo f;
     size_t i, cs, hs;
     unsigned k, pred;
-    dsz_params p = params(1.0, DSZ_PRED_NONE);
+    const dsz_params* p = params(1.0, DSZ_PRED_NONE);
     shape[0] = n;
     for (i = 0; i < n; i++) {
         double const v = laplace(20.0);
@@ -446,16 +532,16 @@ static void test_int8(void)
         u[i] = (uint8_t)(x[i] + 128);
     }
     x[0] = -128; x[1] = 127; u[0] = 0; u[1] = 255;
-    CHECK(dsz_getErrorCode(dsz_compressTyped(buf, cap, x, DSZ_DTYPE_INT8, shape, 1, &p)) == DSZ_error_parameter_outOfBound);
+    CHECK(dsz_getErrorCode(dsz_compressTyped(buf, cap, x, DSZ_DTYPE_INT8, shape, 1, p)) == DSZ_error_parameter_outOfBound);
     for (k = 0; k < 4; k++) {
         for (pred = DSZ_PRED_NONE; pred <= DSZ_PRED_LORENZO; pred++) {
             p = params(k + 0.5, pred);
-            cs = dsz_compressTyped(buf, cap, x, DSZ_DTYPE_INT8, shape, 1, &p);
+            cs = dsz_compressTyped(buf, cap, x, DSZ_DTYPE_INT8, shape, 1, p);
             hs = dsz_getFrameInfo(&f, buf, cs);
             CHECK(!dsz_isError(hs) && f.dtype == DSZ_DTYPE_INT8);
             CHECK(dsz_decompressArrayTyped(out, n, &f, buf + hs, cs - hs) == n);
             for (i = 0; i < n; i++) CHECK(abs(out[i] - x[i]) <= (int)k);
-            cs = dsz_compressTyped(buf, cap, u, DSZ_DTYPE_UINT8, shape, 1, &p);
+            cs = dsz_compressTyped(buf, cap, u, DSZ_DTYPE_UINT8, shape, 1, p);
             hs = dsz_getFrameInfo(&f, buf, cs);
             CHECK(dsz_decompressArrayTyped(uout, n, &f, buf + hs, cs - hs) == n);
             for (i = 0; i < n; i++) CHECK(abs(uout[i] - u[i]) <= (int)k);
@@ -482,22 +568,21 @@ static void test_sparse_fast_path(void)
     for (i = 0; i < n; i++) {
         double const v = unif() < 0.1 ? laplace(30.0) : 0.0;
         x[i] = (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
-        h[i] = (uint16_t)dsz_f32_to_f16((float)x[i] / 64.0f);
+        h[i] = (uint16_t)dszi_f32_to_f16((float)x[i] / 64.0f);
     }
     for (i = 1000; i < 3000; i++) x[i] = 0, h[i] = 0; /* gaps past 255: fillers */
     for (t = 0; t < 2; t++) {
         unsigned const dtype = t ? DSZ_DTYPE_FLOAT16 : DSZ_DTYPE_INT8;
-        dsz_params p = params(t ? 1e-3 : 1.5, DSZ_PRED_NONE);
+        const dsz_params* const p = params_radius(t ? 1e-3 : 1.5, DSZ_PRED_NONE, 16); /* the largest values are outliers */
         const void* const src = t ? (const void*)h : (const void*)x;
-        p.radius = 16; /* the largest values are outliers */
-        cs = dsz_encodeSparseTyped(buf, cap, src, dtype, rows, cols, &p, DSZ_INDEX_HUFFGAP);
+        cs = dsz_encodeSparseTyped(buf, cap, src, dtype, rows, cols, p, DSZ_INDEX_HUFFGAP);
         hs = dsz_getFrameInfo(&f, buf, cs);
         CHECK(!dsz_isError(cs) && !dsz_isError(hs));
         memset(out, 0, 2 * n);
         CHECK(dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize) == f.nnz);
         for (i = 0; i < n; i++) {
             if (t) {
-                float const a = dsz_f16_to_f32(h[i]), b = dsz_f16_to_f32(dsz_rd16(out + 2 * i));
+                float const a = dszi_f16_to_f32(h[i]), b = dszi_f16_to_f32(dszi_rd16(out + 2 * i));
                 CHECK((a == 0) == (b == 0) && fabs((double)a - (double)b) <= 1e-3);
             } else {
                 CHECK((x[i] == 0) == ((int8_t)out[i] == 0) && abs((int8_t)out[i] - x[i]) <= 1);
@@ -508,7 +593,7 @@ static void test_sparse_fast_path(void)
             buf[at] ^= (uint8_t)(1u << (at & 7));
             memset(out, 0, 2 * n);
             r = dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize, f.indexRawSize);
-            dsz_dtype_load(wide, out, dtype, n);
+            dszi_dtype_load(wide, out, dtype, n);
             csr_case(&f, buf + hs, r, wide, 0);
             buf[at] ^= (uint8_t)(1u << (at & 7));
         }
@@ -537,8 +622,7 @@ static void test_sparse_csr(void)
         for (codec = DSZ_INDEX_GAP8; codec <= DSZ_INDEX_BITMAP; codec++)
             for (pred = DSZ_PRED_NONE; pred <= DSZ_PRED_LORENZO; pred++) {
                 double const eb = dtype == DSZ_DTYPE_FLOAT32 ? 1e-2 : dtype == DSZ_DTYPE_FLOAT16 ? 1e-1 : 2.5;
-                dsz_params p = params(eb, pred);
-                p.radius = 64; /* some outliers */
+                const dsz_params* const p = params_radius(eb, pred, 64); /* some outliers */
                 for (i = 0; i < n; i++) {
                     float v = w[i];
                     uint32_t bits;
@@ -546,22 +630,22 @@ static void test_sparse_csr(void)
                     if (dtype == DSZ_DTYPE_INT8) v = v > 127 ? 127 : v < -128 ? -128 : v > 0 ? ceilf(v) : floorf(v);
                     if (dtype == DSZ_DTYPE_UINT8) v = fabsf(v) > 255 ? 255 : ceilf(fabsf(v));
                     memcpy(&bits, &v, 4);
-                    dsz_outlier_write(raw + dsz_dtype_size(dtype) * i, bits, dtype);
+                    dszi_outlier_write(raw + dszi_dtype_size(dtype) * i, bits, dtype);
                 }
-                cs = dsz_encodeSparseTyped(buf, cap, raw, dtype, rows, cols, &p, codec);
+                cs = dsz_encodeSparseTyped(buf, cap, raw, dtype, rows, cols, p, codec);
                 hs = dsz_getFrameInfo(&f, buf, cs);
                 CHECK(!dsz_isError(cs) && !dsz_isError(hs) && f.predictor == pred && f.nnz > 1000);
                 memset(out, 0, 4 * n);
                 r = dsz_decodeSparseTyped(out, n, &f, buf + hs, f.dataRawSize, buf + hs + f.dataRawSize,
                                           f.indexRawSize);
                 CHECK(r == f.nnz);
-                dsz_dtype_load(wide, out, dtype, n);
+                dszi_dtype_load(wide, out, dtype, n);
                 csr_case(&f, buf + hs, r, wide, 1);
             }
     { /* an empty matrix of 2^31 + 1 columns */
-        dsz_params const p = params(1e-2, DSZ_PRED_NONE);
+        const dsz_params* const p = params(1e-2, DSZ_PRED_NONE);
         int64_t rp[1];
-        cs = dsz_encodeSparse(buf, cap, NULL, 0, (size_t)INT32_MAX + 2, &p, DSZ_INDEX_GAP8);
+        cs = dsz_encodeSparse(buf, cap, NULL, 0, (size_t)INT32_MAX + 2, p, DSZ_INDEX_GAP8);
         hs = dsz_getFrameInfo(&f, buf, cs);
         CHECK(!dsz_isError(cs) && !dsz_isError(hs));
         CHECK(dsz_getErrorCode(dsz_decodeSparseCSR(rp, NULL, NULL, 0, &f, buf + hs, f.dataRawSize,
@@ -653,6 +737,7 @@ int main(void)
     test_errors();
     test_arrays();
     test_bad_params();
+    test_params();
     test_header();
     test_huffman_tables();
     test_sparse();
@@ -662,6 +747,7 @@ int main(void)
     test_sparse_fast_path();
     test_sparse_csr();
     test_csr_matmul();
+    dsz_freeParams(shared_params);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;

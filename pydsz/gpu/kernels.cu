@@ -66,7 +66,7 @@ __device__ __forceinline__ unsigned dsz_quantize_one(float xf, double eb, double
 /* Quantize n values for nb bounds at once (blockIdx.y = bound). hist: nb rows of 2 * radius
  * counters, added to; sym: nb rows of n symbols, or NULL for the histogram alone.
  * step[b] = min(2 * eb[b], 1e300) and inv[b] = 1 / step[b] come from the host, computed as
- * dsz_quant_init computes them. */
+ * dszi_quant_init computes them. */
 __global__ void dsz_quantize_many(const float* __restrict__ x, long long n, const double* __restrict__ eb,
                                   const double* __restrict__ step, const double* __restrict__ inv,
                                   unsigned radius, int keep_nonzero, unsigned* __restrict__ sym,

@@ -2,7 +2,7 @@
 
 The answers are those of pydsz.gpu.reference (and so of libdsz/src/quantize.c, predictor none)
 bit for bit; see kernels.cu for why. For the encoder of very large layers, `quantize` returns
-exactly what dsz_quantize returns: symbols, the outliers in order, and the histogram.
+exactly what dszi_quantize returns: symbols, the outliers in order, and the histogram.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def estimated_sizes(values, bounds: Sequence[float], radius: int = DEFAULT_RADIU
 
 def quantize(values, bound: float, radius: int = DEFAULT_RADIUS,
              keep_nonzero: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What dsz_quantize returns: (symbols uint32, outliers float32 in order, histogram uint64 [2 * radius])."""
+    """What dszi_quantize returns: (symbols uint32, outliers float32 in order, histogram uint64 [2 * radius])."""
     x = _values(values)
     x_gpu = _cuda.to_gpu(x)
     sym_gpu = _cuda.empty((1, max(1, x.size)), np.uint32)

@@ -28,7 +28,7 @@ CHUNK = 4096  # samples per matrix product, as pydsz.tail
 # ---------------------------------------------------------------- quantization
 
 def quant_params(bounds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(eb, step, inv) as float64 arrays, computed as dsz_quant_init computes them."""
+    """(eb, step, inv) as float64 arrays, computed as dszi_quant_init computes them."""
     eb = np.atleast_1d(np.asarray(bounds, np.float64))
     if eb.ndim != 1 or not np.all(np.isfinite(eb)) or np.any(eb <= 0):
         raise InputError(f"error bounds must be finite and > 0, got {bounds!r}")
@@ -72,7 +72,7 @@ def quantize_values(values: np.ndarray, bound: float, radius: int = DEFAULT_RADI
 
 def quantize(values: np.ndarray, bound: float, radius: int = DEFAULT_RADIUS,
              keep_nonzero: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What dsz_quantize returns: (symbols uint32, outliers float32 in order, histogram uint64 [2 * radius])."""
+    """What dszi_quantize returns: (symbols uint32, outliers float32 in order, histogram uint64 [2 * radius])."""
     xf = np.ascontiguousarray(values, np.float32).reshape(-1)
     sym, _ = quantize_values(xf, bound, radius, keep_nonzero)
     hist = np.bincount(sym, minlength=2 * radius).astype(np.uint64)
