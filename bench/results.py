@@ -7,7 +7,8 @@ Nothing is measured here: every number comes from a JSON file that a script of b
 libdsz/fuzz/campaigns.json). The text around the numbers is written once, below, next to the code
 that formats them; tests/test_results_doc.py fails when doc/results.md or the README table is out
 of date, so that text and numbers cannot drift apart. Only the standard library is used, and the
-output depends on nothing but the JSON files (no dates, no machine state).
+output depends on nothing but the JSON files (no dates, no machine state). One function per
+benchmark formats its JSON, hence the module's length.
 """
 from __future__ import annotations
 
