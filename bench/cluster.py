@@ -1,7 +1,7 @@
 """The assessment in process and on local Dask clusters of 1 and 2 workers, in one run, and from
 those measurements a projection for larger clusters.
 
-Model: any .tflite and .npz (default: the AlexNet-shaped model of bench/make_large_models.py, pruned
+Model: any .tflite and .npz (default: the AlexNet-shaped model of bench/builders/make_large_models.py, pruned
 as the paper prunes AlexNet, top-1 at 0.3 points on 1,000 Fashion-MNIST validation images; or the
 bundled multitask.tflite with --model multitask). The assessment's tasks are (layer, bound)
 evaluations, and the parts of a large float layer's lossless size (assess.LOSSLESS_PART), handed out
@@ -24,7 +24,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "builders")]
 import numpy as np  # noqa: E402
 
 from machine import machine_info  # noqa: E402
@@ -103,7 +103,7 @@ class Timed:
 
 
 def default_model(samples: int):
-    """The AlexNet-shaped model (bench/make_large_models.py) magnitude-pruned to the paper's sparsities
+    """The AlexNet-shaped model (bench/builders/make_large_models.py) magnitude-pruned to the paper's sparsities
     (fc6/fc7 91%, fc8 75%; no retraining: the assessment's work is what is measured here), and
     `samples` Fashion-MNIST validation images."""
     import make_large_models

@@ -1,6 +1,6 @@
 """DeepSZ's table on the AlexNet- and VGG-16-shaped models: `dsz prune` then `dsz compress`, end to end.
 
-For each model (bench/make_large_models.py builds and caches them) this runs, through the command
+For each model (bench/builders/make_large_models.py builds and caches them) this runs, through the command
 line as a user would, each step in its own process so that its time and peak memory are its own:
 
   prune     dsz prune --method retrain with the paper's sparsities (from Deep Compression):
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "builders"))
 import make_large_models  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

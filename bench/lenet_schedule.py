@@ -1,6 +1,6 @@
 """Retraining schedules for pruning LeNet-300-100 and LeNet-5: what each costs in top-1, on validation AND test.
 
-    nice -n 10 python3 bench/lenet_schedule.py [--runs NAME,...] [--seeds 0,1] [--workers 2] [--json PATH]
+    nice -n 10 python3 bench/lenet_schedule.py [--settings A,B] [--schedules A,B] [--seeds 0,1] [--workers 2] [--json PATH]
 
 The question (issue 14): can the training reach 95-96% sparsity in LeNet-300-100's fc1 within ~0.15
 test points, so that compression can spend the rest of a 0.3-point budget? Each run prunes the FC

@@ -2,7 +2,7 @@
 
     python bench/nonclassifiers.py [--cache DIR] [--models a,b] [--max-loss 0.01]
 
-For each model of bench/nonclassifier_data.py (MediaPipe models shipped in PyPI wheels) and its two
+For each model of bench/builders/nonclassifier_data.py (MediaPipe models shipped in PyPI wheels) and its two
 disjoint folders of real photos, this runs what a user would run:
 
     dsz pack MODEL --error-bound 0 --layers all -o pack.dsz              (lossless baseline)
@@ -35,7 +35,7 @@ from typing import Optional
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "builders"))
 import nonclassifier_data as nd  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

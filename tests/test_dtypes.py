@@ -229,7 +229,7 @@ def test_float16_container_truncation_and_bit_flips_are_refused():
             pydsz.load(bytes(flipped)).tflite_bytes()
 
 
-# ---- the reference models converted with the float16 option (bench/make_reference_models.py --dtypes) ----
+# ---- the reference models converted with the float16 option (bench/builders/make_reference_models.py --dtypes) ----
 
 @pytest.mark.runtime
 @pytest.mark.parametrize("name", ["lenet300_f16.tflite", "lenet5_f16.tflite"])

@@ -199,7 +199,7 @@ def test_agreement_keeps_every_prediction_within_the_budget(val):
 
 @pytest.fixture(scope="module")
 def multitask():
-    """pydsz/data/multitask.tflite (bench/make_multitask_model.py): inputs pixels and stats, outputs
+    """pydsz/data/multitask.tflite (bench/builders/make_multitask_model.py): inputs pixels and stats, outputs
     class (softmax), box (4 sigmoid) and mask (14x14 sigmoid), trained on Fashion-MNIST."""
     return bundled("multitask.tflite").read_bytes()
 

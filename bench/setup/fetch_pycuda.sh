@@ -1,10 +1,10 @@
 #!/bin/sh
 # Download what the GPU machine lacks for pydsz's GPU path into .whl/ (git-ignored): pycuda's
 # sdist, its pure-Python dependencies, and wheels of the compiled ones for that machine's
-# Python (3.12 by default: PY=3.11 ./bench/fetch_pycuda.sh for another). numpy, setuptools,
+# Python (3.12 by default: PY=3.11 ./bench/setup/fetch_pycuda.sh for another). numpy, setuptools,
 # wheel, cython, markupsafe, typing_extensions and pytest are already there.
 # Run from the repository root on a machine with network access; then, on the GPU machine,
-# bench/install_pycuda.sh builds and installs them offline (doc/gpu.md).
+# bench/setup/install_pycuda.sh builds and installs them offline (doc/gpu.md).
 set -eu
 PY=${PY:-3.12}
 mkdir -p .whl

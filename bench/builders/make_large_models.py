@@ -19,7 +19,7 @@ The files store every buffer out of line (Buffer.offset/size, absolute file offs
 converters store models over 2 GB. They are cached in ~/.cache/pydsz/large/ with a JSON of how
 they were made; model_path(name) builds one when it is missing.
 
-    python bench/make_large_models.py alexnet vgg16   # build what is missing, print the accuracies
+    python bench/builders/make_large_models.py alexnet vgg16   # build what is missing, print the accuracies
 """
 
 from __future__ import annotations
@@ -317,5 +317,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     main()

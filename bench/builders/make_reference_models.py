@@ -28,7 +28,7 @@ the .tflite files through ai-edge-litert, not Keras, and printed with the file s
 
 How to run (TensorFlow is never a dependency of pydsz, its tests or CI; use a separate venv):
     python -m venv ~/tfenv && ~/tfenv/bin/pip install tensorflow-cpu tflite ai-edge-litert
-    ~/tfenv/bin/python bench/make_reference_models.py            # from the repository root
+    ~/tfenv/bin/python bench/builders/make_reference_models.py            # from the repository root
 Fashion-MNIST comes from Debian's dataset-fashion-mnist (or $DSZ_FASHION_MNIST_DIR).
 """
 
@@ -45,7 +45,7 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Use pydsz.data from this checkout without running pydsz/__init__.py, which needs the compiled
 # codec: the TF venv need not have pydsz built or installed.
 _pkg = types.ModuleType("pydsz")

@@ -1,5 +1,5 @@
 """Make pydsz/data/multitask.tflite: a small model of two inputs and three non-classifier-like outputs
-(developer-only; needs TensorFlow, like bench/make_reference_models.py).
+(developer-only; needs TensorFlow, like bench/builders/make_reference_models.py).
 
 The metrics (pydsz.metrics) must work on models that are not single-output classifiers: several
 inputs, several outputs, regression and mask heads. This model is that, trained on real data
@@ -18,7 +18,7 @@ inputs, several outputs, regression and mask heads. This model is that, trained 
 
 Outputs are reached by the names of the SavedModel signature (class, box, mask). Run from the
 repository root with the TensorFlow venv of make_reference_models.py:
-    ~/tfenv/bin/python bench/make_multitask_model.py
+    ~/tfenv/bin/python bench/builders/make_multitask_model.py
 """
 
 from __future__ import annotations
