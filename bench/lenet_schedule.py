@@ -4,7 +4,7 @@
 
 The question (issue 14): can the training reach 95-96% sparsity in LeNet-300-100's fc1 within ~0.15
 test points, so that compression can spend the rest of a 0.3-point budget? Each run prunes the FC
-tail with pydsz.prune.retrain (gradual magnitude pruning, masked Adam, distillation from the unpruned
+tail with pydsz.train.retrain (gradual magnitude pruning, masked Adam, distillation from the unpruned
 tail) on the first 55,000 Fashion-MNIST training images, from the bundled model, and reports the top-1
 loss against the unpruned model on the validation split (the last 5,000 training images: what
 decisions may use) and on the 10,000 test images (what is reported), with the number of flipped

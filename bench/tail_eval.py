@@ -33,7 +33,7 @@ from machine import machine_info  # noqa: E402
 from pydsz.assess import Evaluator, encode_weight  # noqa: E402
 from pydsz.data import bundled, load_npz  # noqa: E402
 from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.prune import magnitude_mask  # noqa: E402
+from pydsz.masks import magnitude_mask  # noqa: E402
 from pydsz import sparse  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 from pydsz.tail import Step, Tail  # noqa: E402

@@ -13,7 +13,7 @@ those shapes (the classes aside: Fashion-MNIST has 10, ImageNet 1000):
 The convolutions are a fixed feature extractor (seeded random filters, not trained: training
 them would need TensorFlow or a second trainer). pydsz names the FC layers fc1, fc2, fc3 (AlexNet's
 and VGG's fc6, fc7, fc8). The FC tail is trained with pydsz's own numpy
-training (pydsz.prune.retrain, no mask) on the trunk's features of the first TRAIN_SAMPLES
+training (pydsz.train.retrain, no mask) on the trunk's features of the first TRAIN_SAMPLES
 training images, so the accuracy is real; it is measured on the 10,000 test images.
 The files store every buffer out of line (Buffer.offset/size, absolute file offsets), as
 converters store models over 2 GB. They are cached in ~/.cache/pydsz/large/ with a JSON of how
@@ -94,7 +94,7 @@ def trunk(spec: Spec) -> dict:
 
 
 def initial_tail(spec: Spec) -> list:
-    """He-initialised FC layers (pydsz.prune.Dense), seeded."""
+    """He-initialised FC layers (pydsz.train.Dense), seeded."""
     from pydsz.train import Dense
 
     rng = np.random.default_rng(SEED + 1)

@@ -94,7 +94,7 @@ def print_device(result, quiet: bool) -> None:
 
 def peak_memory(model_bytes: int) -> str:
     """This process's peak resident memory so far, for the summary of a long command, beside what
-    it is meant to stay within: 3x the model plus the cached activations (README, large models)."""
+    it is meant to stay within: 3x the model plus the cached activations (doc/results.md, large models)."""
     from .. import cache
 
     mib = 1 << 20
