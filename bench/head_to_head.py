@@ -48,14 +48,18 @@ def data(name: str, cache: Path) -> dict:
     paths = nd.build(name, cache)
     try:
         paths["hessian"] = nd.build_hessian(name, cache)
-    except ValueError:  # the face models: no photographs left for a third folder
-        paths["hessian"] = None
+        hessian = "hessian/ (photos neither calib/ nor test/ holds)"
+    except ValueError:
+        # the face models: no face photographs are left for a third folder; the Hessians then come
+        # from calib/, the decisions' photos (the compensation fits them), and test/ stays unseen
+        paths["hessian"] = paths["calib"]
+        hessian = "calib/ (no third folder of faces: the compensation fits the decisions' photos; test/ is unseen)"
     model = paths["model"].read_bytes()
     parsed = TFLiteModel(model)
     normalize = nd.BY_NAME[name].normalize
     load = lambda folder: load_data(folder, parsed, normalize=normalize)  # noqa: E731
     return {"model": model, "calib": load(paths["calib"]), "test": load(paths["test"]),
-            "hessian": load(paths["hessian"])[0] if paths["hessian"] else None,
+            "hessian": load(paths["hessian"])[0], "hessian_source": hessian,
             "source": f"{nd.BY_NAME[name].package} {nd.BY_NAME[name].member}"}
 
 
@@ -108,15 +112,22 @@ def main(argv=None) -> int:
         info = headtohead.run(d["model"], d["calib"], d["test"], args.max_loss, layers="all",
                               calibration=d["hessian"], budgets=budgets, methods=variants, title=name,
                               progress=sys.stderr.isatty(), num_threads=args.num_threads)
-        info.update(source=d["source"], seconds=round(time.perf_counter() - start, 1),
+        info.update(source=d["source"], hessians=d["hessian_source"], seconds=round(time.perf_counter() - start, 1),
                     command=f"python bench/head_to_head.py --models {name} --max-loss {args.max_loss:g}"
                     + (f" --budgets {args.budgets}" if args.budgets else "") + f" --variants {args.variants}")
+        # another run may have written since: keep its models, and this model's pydsz variants not run now
+        previous = {i["model"]: i for i in (json.loads(args.out.read_text())["models"] if args.out.exists() else [])}
+        if name in previous:
+            kept = [p for p in previous[name]["points"] if p["method"] in headtohead.OUR_METHODS
+                    and p["method"] not in variants]
+            info["points"] += kept
+            info["comparisons"] = headtohead.compare(info["points"])
+            info["earlier_runs"] = previous[name].get("earlier_runs", []) + [
+                {"variants": sorted({p["method"] for p in kept}), "command": previous[name].get("command")}] if kept else []
         info["verdict"] = verdict(info, args.max_loss)
         print(headtohead.table(info))
         print(headtohead.comparison_table(info), flush=True)
-        # another run (of other models) may have written since: keep its entries
-        previous = json.loads(args.out.read_text())["models"] if args.out.exists() else []
-        done = {**{i["model"]: i for i in previous}, **done, name: info}
+        done = {**previous, **done, name: info}
         ordered = [done[m.name] for m in nd.MODELS if m.name in done]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"machine": machine_info(), "max_loss": args.max_loss, "models": ordered},
