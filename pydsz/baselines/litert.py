@@ -81,5 +81,25 @@ def quantize(tflite: bytes, recipe: str) -> Outcome:
         integer, layers = _integer_layers(out)
     except Exception as exc:  # a type pydsz's reader does not know (INT4): still a file to judge
         return Outcome(recipe, out, -1, layers, f"its layers could not be counted ({exc})")
-    note = "" if integer else "quantizes no layer: the file is the float model"
+    note = ""
+    if not integer:
+        note = "quantizes no layer: the file is the float model"
+        if _deprecated_codes(tflite):
+            note += ("; its operator codes are in the deprecated field (an older converter's), which "
+                     "litert-quantizer does not read: it takes every op for ADD")
     return Outcome(recipe, out, integer, layers, note)
+
+
+def _deprecated_codes(tflite: bytes) -> bool:
+    """Whether some operator code is only in `deprecated_builtin_code` (builtin_code left 0, ADD), as
+    converters before the schema's 127-operator extension wrote them."""
+    import tflite as schema
+
+    model = schema.Model.GetRootAsModel(tflite, 0)
+    for i in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(i)
+        # field 4 of OperatorCode (vtable offset 10): absent reads as 0; the tflite package's
+        # BuiltinCode() then answers with the deprecated field, which hides the absence
+        if code._tab.Offset(10) == 0 and code.DeprecatedBuiltinCode() != 0:
+            return True
+    return False
