@@ -355,7 +355,8 @@ def plot(infos: Sequence[dict], path) -> None:
                     ax.annotate(f"{p['setting']}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
         ax.axvline(scale * info["max_loss"], color="gray", ls="--", lw=0.8)
         ax.set_xscale("symlog", linthresh=scale * info["max_loss"] / 10)
-        ax.set_xlim(left=0)  # losses are drift from the model as given: never below zero here
+        if scale == 100:
+            ax.set_xlim(left=0)  # output drift from the model as given is never below zero
         ax.set_yscale("log")
         ax.set_xlabel(f"test {info['metric']['name']}" + (" (%)" if scale == 100 else ""))
         ax.set_ylabel("zstd -19 bytes of the file")
