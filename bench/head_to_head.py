@@ -91,6 +91,20 @@ def summary(infos: list, max_loss: float) -> str:
                          ""], rows)
 
 
+def merge(base: dict, other: dict, max_loss: float) -> dict:
+    """One model's results from two runs: `other`'s pydsz points replace `base`'s of the same variant and
+    budget, the rest of `base` stays; the comparisons and the verdict are made again."""
+    theirs = {(p["method"], p["setting"]) for p in other["points"] if p["method"] in headtohead.OUR_METHODS}
+    merged = dict(base)
+    merged["points"] = [p for p in base["points"] if (p["method"], p["setting"]) not in theirs] + \
+        [p for p in other["points"] if (p["method"], p["setting"]) in theirs]
+    merged["comparisons"] = headtohead.compare(merged["points"])
+    merged["verdict"] = verdict(merged, max_loss)
+    merged["earlier_runs"] = base.get("earlier_runs", []) + [{"variants": sorted({m for m, _ in theirs}),
+                                                             "command": other.get("command")}]
+    return merged
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=nd.DEFAULT_CACHE)
@@ -101,7 +115,22 @@ def main(argv=None) -> int:
                         help="pydsz variants: " + ", ".join(headtohead.OUR_METHODS))
     parser.add_argument("--out", type=Path, default=RESULTS / "head_to_head.json")
     parser.add_argument("--num-threads", type=int, default=1)
+    parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
+                        help="run nothing: merge the pydsz variants of these runs' JSON (parts run in parallel, "
+                        "each with its own --out) into --out")
     args = parser.parse_args(argv)
+    if args.merge:
+        current = json.loads(args.out.read_text())
+        models = {m["model"]: m for m in current["models"]}
+        for path in args.merge:
+            for other in json.loads(path.read_text())["models"]:
+                name = other["model"]
+                models[name] = merge(models[name], other, current["max_loss"]) if name in models else other
+        current["models"] = [models[m.name] for m in nd.MODELS if m.name in models]
+        args.out.write_text(json.dumps(current, indent=1, default=str))
+        headtohead.plot(current["models"], args.out.with_suffix(".png"))
+        print(summary(current["models"], current["max_loss"]))
+        return 0
     budgets = [float(b) for b in args.budgets.split(",")] if args.budgets else [args.max_loss]
     variants = [v.strip() for v in args.variants.split(",")]
     done: dict = {}
