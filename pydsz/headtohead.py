@@ -209,9 +209,9 @@ def run(tflite: bytes, val, test, max_loss: Optional[float] = None, *, metric="o
                 if method != OURS and calibration is None:
                     add({"method": method, "setting": budget, "skipped": "needs calibration inputs (--calibration)"})
                     continue
-                if method != OURS and "FLOAT32" not in info["weights"]:
+                if method == PRUNED and "FLOAT32" not in info["weights"]:
                     add({"method": method, "setting": budget,
-                         "skipped": "compensation and one-shot pruning change float32 weights; this model has none"})
+                         "skipped": "one-shot pruning changes float32 weights; this model has none"})
                     continue
                 if method == PRUNED:
                     pruned = pruned or _pruned(h, calibration, prune_sparsity, num_threads)
