@@ -218,6 +218,10 @@ def run(tflite: bytes, val, test, max_loss: Optional[float] = None, *, metric="o
                     if isinstance(pruned, str):
                         add({"method": method, "setting": budget, "skipped": pruned})
                         continue
+                    if pruned["val_loss"] >= budget:
+                        add({"method": method, "setting": budget, "skipped": f"one-shot pruning alone loses "
+                             f"{pruned['val_loss']:.4g} on the validation data, the whole budget"})
+                        continue
                     spent, left = _after_pruning(metric, budget, pruned["val_loss"])
                     p = h.ours(method, left, pruned["tflite"], spent, True, calibration, progress)
                     p.update(setting=budget, pruning={k: v for k, v in pruned.items() if k != "tflite"})
@@ -250,7 +254,7 @@ def _after_pruning(metric: metrics.Metric, budget: float, loss: float) -> tuple[
     """(spent, max_loss) for compressing a pruned model within `budget` from the model as given: a
     metric whose perturbations add in quadrature leaves sqrt(budget^2 - loss^2), any other budget - loss."""
     if metric.quadrature:
-        return 0.0, math.sqrt(max(budget * budget - max(loss, 0.0) ** 2, 0.0)) or budget * 1e-3
+        return 0.0, math.sqrt(budget * budget - max(loss, 0.0) ** 2)
     return max(loss, 0.0), budget
 
 
