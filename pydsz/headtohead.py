@@ -334,6 +334,10 @@ def comparison_table(info: dict) -> str:
                          "vs best baseline", "vs zstd-19 file"], rows)
 
 
+# one colour per method in every panel
+_METHOD_ORDER = (LOSSLESS, FLOAT16, INTB, BLOCKWISE, LITERT, OURS, COMPENSATED, PRUNED)
+
+
 def plot(infos: Sequence[dict], path) -> None:
     """File size (log) against test loss: one panel per model, one curve per method."""
     import io
@@ -353,7 +357,8 @@ def plot(infos: Sequence[dict], path) -> None:
             pts = sorted((p for p in measured if p["method"] == method), key=lambda p: p["test_loss"])
             xs, ys = [scale * p["test_loss"] for p in pts], [p["file_bytes"] for p in pts]
             ours = method in OUR_METHODS
-            ax.plot(xs, ys, "o-" if len(pts) > 1 else "s", ms=4, lw=2.2 if ours else 1.0, label=method)
+            ax.plot(xs, ys, "o-" if len(pts) > 1 else "s", ms=5 if ours else 4, lw=2.2 if ours else 1.0, label=method,
+                    color=f"C{_METHOD_ORDER.index(method)}" if method in _METHOD_ORDER else None)
             if method == INTB:
                 for p, x, y in zip(pts, xs, ys):
                     ax.annotate(f"{p['setting']}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
