@@ -146,6 +146,8 @@ class HeadToHead:
         return self.point(method, budget, decoded, len(lossless.zstd19(result.dsz)), seconds,
                           dsz_bytes=len(result.dsz), bounds={l.name: l.bound for l in result.layers},
                           stream_bytes={l.name: l.stream_bytes for l in result.layers},
+                          # each layer's loss measured alone at its bound: where the drift goes
+                          loss_alone={l.name: l.loss for l in result.layers}, compensated=result.compensated,
                           evaluations=result.evaluations, warnings=result.warnings)
 
 
