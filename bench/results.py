@@ -328,6 +328,42 @@ def section_nonclassifiers(nc: dict) -> list:
     return out
 
 
+def head_to_head_rows(h2h: dict) -> list:
+    """Per model: pydsz's best variant at the budget against per-channel int-b and zstd -19 at equal test drift."""
+    rows = []
+    for m in h2h["models"]:
+        v = m["verdict"]
+        best = v["best"]
+        row = next((r for r in m["comparisons"] if best and r["method"] == best["method"]
+                    and r["setting"] == h2h["max_loss"]), None)
+        intb = row and row["sizes_at_equal_loss"].get("int-b per-channel")
+        rows.append([m["model"], m["weights"][0].lower(), f"{m['zstd19_bytes']:,}",
+                     best["method"] if best else "-", f"{best['file_bytes']:,}" if best else "-",
+                     pct(best["test_loss"]) if best else "-", f"{intb:,.0f}" if intb else "not reached",
+                     f"{row['advantage']['int-b per-channel']:.2f}x" if intb else "-",
+                     f"{row['vs_zstd19']:.2f}x" if row else "-", "met" if v["met"] else "not met"])
+    return table(["model", "weights", "zstd -19 of the file", "pydsz", "its file", "test drift",
+                  "int-b at that drift", "vs int-b", "vs zstd -19", "issue 28's target"], rows)
+
+
+def section_head_to_head(h2h: dict) -> list:
+    out = ["## Against what users pick instead, on conv models by others", ""]
+    out += source("python3 bench/head_to_head.py", "`bench/results/head_to_head.json` (plot: `head_to_head.png`)",
+                  machine(h2h["machine"]))
+    out += ["`dsz bench --layers all` (pydsz/headtohead.py) on the MediaPipe models of `bench/MODELS-nonclassifier.md`:",
+            "decisions on 64 calibration photos, judged on 64 other photos, the compensation's Hessians on a third",
+            "folder (the face models have none: calib/). Every method's whole file, zstd -19, against its output drift",
+            "on the test photos; per-channel int-b (TFLite's channel axis, b = 12..4) interpolated at pydsz's drift.",
+            "The LiteRT Quantizer (litert-quantizer 0.11) quantizes none of these models' layers: their operator codes",
+            "are only in the schema's deprecated field, which it does not read (it takes every op for ADD).",
+            f"Budget {pct(h2h['max_loss'])}; the best pydsz variant within the target's drift limit is shown.", ""]
+    out += head_to_head_rows(h2h)
+    out += ["Every point (float16, int-b, int4 blockwise, the LiteRT recipes, each pydsz variant) is in the JSON;",
+            "the targets: float32 models >= 1.5x smaller than int-b with test drift <= 1.5%, float16 ones >= 2x smaller",
+            "than zstd -19 of the file with test drift <= 1%.", ""]
+    return out
+
+
 def section_real(real: dict, int8: list) -> list:
     out = ["## Shipped weight types: float16 and int8", ""]
     out += source("python3 bench/real_models.py", "`bench/results/real_models.json` (plot: `real_models.png`)",
@@ -577,6 +613,7 @@ def render(root: Path = RESULTS) -> str:
                        j("decode_typed_after.json")),
         section_csr(j("decode_csr.json")),
         section_nonclassifiers(j("nonclassifiers.json")),
+        section_head_to_head(j("head_to_head.json")),
         section_real(j("real_models.json"), j("int8_entropy.json")),
         section_tail(j("tail_eval.json")),
         section_cluster(j("cluster.json")),
@@ -603,7 +640,7 @@ def anchor(title: str) -> str:
     return keep.replace(" ", "-")
 
 
-def headline(ref: dict, anchors: list, large: dict) -> list:
+def headline(ref: dict, anchors: list, large: dict, h2h: dict | None = None) -> list:
     """The README's results: the reference table and a sentence on the anchors and the large models."""
     minutes = sum(m["seconds"]["total"] for m in ref["models"].values()) / 60
     out = [f"DeepSZ's table on the bundled models, Fashion-MNIST (`python3 bench/reference.py --quiet`, {minutes:.0f}",
@@ -627,6 +664,11 @@ def headline(ref: dict, anchors: list, large: dict) -> list:
             f"and than Deep Compression ({against('Deep Compression')}).",
             f"AlexNet- and VGG-16-shaped models on Fashion-MNIST (`python3 bench/large_models.py`) reach {a['fc_ratio']:.1f}x",
             f"and {v['fc_ratio']:.1f}x (DeepSZ on ImageNet: {a['deepsz_fc_ratio']}x and {v['deepsz_fc_ratio']}x)."]
+    if h2h is not None:
+        out += ["", "Conv models by others as given, against what users pick instead (`python3 bench/head_to_head.py`: "
+                "`dsz bench MODEL --layers all --data calib/ --test test/ --calibration hessian/ --normalize 0,1`),",
+                "whole files zstd -19 at equal output drift on unseen photos:", ""]
+        out += head_to_head_rows(h2h)
     return out
 
 
@@ -634,7 +676,7 @@ def readme_with_table(readme: str, root: Path = RESULTS) -> str:
     """README.md with its generated results replaced by what the JSON files give."""
     start, end = readme.index(README_BEGIN) + len(README_BEGIN), readme.index(README_END)
     body = headline(load("reference.json", root), [load(f"anchors_{n}.json", root) for n in ("lenet300", "lenet5")],
-                    load("large_models.json", root))
+                    load("large_models.json", root), load("head_to_head.json", root))
     return readme[:start] + "\n" + "\n".join(body) + "\n" + readme[end:]
 
 

@@ -436,6 +436,8 @@ def measure_point(evaluator: Evaluator, name: str, bound: float, part: int = 0, 
             _, size, _, _ = encode_weight(stored, 0.0, pattern)
         return Point(name, 0.0, size, size, 0, 0.0)
     w = codec.stored_array(evaluator.candidate(name, bound))
+    if evaluator.compensator is not None and name in evaluator.compensator.layers:
+        pattern = None  # compensated values of a dense layer may round to zero: not the stored pattern
     stream, dense, (size, data, index) = _encode(w, bound, pattern)
     m = evaluator.measure(evaluator.decoded({name: (stream, dense, w.shape)}))
     return Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)

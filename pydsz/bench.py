@@ -49,11 +49,11 @@ BUDGET_FACTORS = (0.5, 0.75, 1, 1.5, 2, 4)
 TARGETS = {DEEPSZ: 1.3, DC: 1.5}
 
 
-def budgets_for(max_loss: float) -> tuple[float, ...]:
-    return tuple(round(f * max_loss, 6) for f in BUDGET_FACTORS)
+def budgets_for(max_loss: float, factors: Sequence[float] = BUDGET_FACTORS) -> tuple[float, ...]:
+    return tuple(round(f * max_loss, 6) for f in factors)
 
 
-class _Judge:
+class Judge:
     """One split and the model as given: the metric's value and loss of any model of the same graph."""
 
     def __init__(self, original: bytes, data, metric: metrics.Metric, num_threads: Optional[int]):
@@ -132,12 +132,18 @@ def _codec_points(bench: _Bench, method: str, knob: str, module, settings, bar) 
     return out
 
 
-def _ours(bench: _Bench, budgets, spent: float, bar) -> list[dict]:
+def _ours(bench: _Bench, budgets, spent: float, bar, skipped: list) -> list[dict]:
+    """pydsz at each budget; a budget the validation data cannot resolve goes to `skipped` with why."""
     out = []
     for budget in budgets:
         start = time.perf_counter()
-        result = compress(bench.pruned, *bench.val, budget, metric=bench.metric, spent=spent,
-                          num_threads=bench.run.num_threads, device=bench.run.device)
+        try:
+            result = compress(bench.pruned, *bench.val, budget, metric=bench.metric, spent=spent,
+                              num_threads=bench.run.num_threads, device=bench.run.device)
+        except InputError as exc:
+            skipped.append({"method": OURS, "setting": budget, "reason": str(exc)})
+            bar.update()
+            continue
         encode_s = time.perf_counter() - start
         layers = result.layers
         # a layer kept lossless lives in the .dsz's zstd rest; it counts with its zstd size
@@ -212,7 +218,7 @@ def run(
             raise InputError(f"budget {b}: every budget must be > 0")
     sz3.compress(np.zeros(1, np.float32), 1.0)  # fail early, before pruning, without h5py/hdf5plugin
     original = bytes(tflite_bytes)
-    judges = [_Judge(original, d, metric, num_threads) for d in (val, test)]
+    judges = [Judge(original, d, metric, num_threads) for d in (val, test)]
     info: dict = {"model": title, "metric": {"name": metric.name, "unit": metric.unit, "discrete": metric.discrete},
                   "max_loss": max_loss, "budgets": budgets, "device": device,
                   "samples": {"val": len(judges[0].base), "test": len(judges[1].base)}}
@@ -237,14 +243,20 @@ def run(
 
     total = 2 * len(budgets) + len(clusters) + len(bits) + 2
     with tqdm(total=total, desc="bench", unit="point", disable=not progress, leave=False) as bar:
-        points = _ours(bench, budgets, info["pruned"]["val_loss"], bar)
+        info["skipped"] = []
+        points = _ours(bench, budgets, info["pruned"]["val_loss"], bar, info["skipped"])
+        if not points:
+            raise InputError("the validation data resolves none of the budgets: "
+                             + "; ".join(s["reason"] for s in info["skipped"]))
         points += _deepsz(bench, budgets, info["pruned"]["val_loss"], bar)
         points += _codec_points(bench, DC, "clusters", deep_compression, clusters, bar)
         points += _codec_points(bench, INT, "bits", quantized, bits, bar)
         points += _codec_points(bench, FLOAT16, "-", quantized, [quantized.FLOAT16], bar)
         points += _codec_points(bench, LOSSLESS, "-", lossless, [None], bar)
     info["points"] = points
-    main = {OURS: max_loss, DEEPSZ: max_loss, DC: 32 if 32 in clusters else clusters[-1],
+    ours_main = max_loss if any(p["setting"] == max_loss for p in points if p["method"] == OURS) else \
+        max(p["setting"] for p in points if p["method"] == OURS)
+    main = {OURS: ours_main, DEEPSZ: max_loss, DC: 32 if 32 in clusters else clusters[-1],
             INT: 8 if 8 in bits else bits[-1], FLOAT16: quantized.FLOAT16, LOSSLESS: None}
     info["main"] = [next(i for i, p in enumerate(points) if p["method"] == m and p["setting"] == s)
                     for m, s in main.items()]
@@ -352,6 +364,7 @@ def summary_lines(info: dict) -> list[str]:
              f"{info['rest_bytes']} bytes (zstd-19); zstd-19 of the whole pruned file {p['zstd19_file_bytes']} bytes"]
     ours = [p for p in info["points"] if p["method"] == OURS]
     least = min(ours, key=lambda p: (p["test_loss"], -p["ratio"]))
+    lines += [f"skipped: {s['method']} at budget {s['setting']:g}: {s['reason']}" for s in info.get("skipped", [])]
     for t in info["comparisons"]["targets"]:
         if "advantage" in t:
             main = next(p for p in info["points"] if p["method"] == t["method"] and p in _main(info))

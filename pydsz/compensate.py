@@ -17,9 +17,11 @@ import numpy as np
 from pydsz import runtime
 from pydsz.errors import InputError
 from pydsz.gptq import (DAMP, MAX_HESSIAN_BYTES, check_memory, grid, hessian, inverse_factor, layer_matrix,
-                        rank_warnings, selectable, solve)
+                        rank_warnings, solve)
 from pydsz.model import TFLiteModel
 
+# libdsz's largest quantization index at its default radius: |x / step| beyond it is stored verbatim
+QMAX = 32767.0
 SHARED_SAMPLES = ("the compensation's Hessians come from the same samples the bounds are chosen and the loss "
                   "measured on: the compensation fits them, so the loss on other data is likely larger; give a "
                   "separate calibration set (--calibration)")
@@ -48,8 +50,9 @@ class Compensator:
         return {**self.__dict__, "_factors": {}}
 
     def weights(self, name: str, bound: float) -> np.ndarray:
-        """The layer's weights compensated at absolute `bound` (float32, on the codec's grid);
-        bound 0 (lossless) gives them back unchanged."""
+        """The layer's weights compensated at absolute `bound`, on the codec's grid, in the dtype the
+        model stores them in (float32, or float16 behind a DEQUANTIZE op); bound 0 (lossless) gives
+        them back as float32, unchanged."""
         if name not in self.layers:
             raise InputError(f"layer {name!r} is not one the compensator was built for ({', '.join(self.layers)})")
         layer = self.layers[name]
@@ -60,7 +63,35 @@ class Compensator:
             h = hessian(self.model, layer, self.x, num_threads=self.num_threads)
             self._factors[name] = [inverse_factor(g, self.damp) for g in h]
         pruned = layer_matrix(layer, weight) == 0
-        return solve(layer, weight, self._factors[name], pruned=pruned, quantize=lambda v: grid(v, bound))
+        dtype = np.float16 if layer.stored_dtype == "FLOAT16" else np.float32
+        if pruned.any():
+            # a pruned layer goes to the sparse stream, whose encoder keeps every non-zero non-zero
+            quantize = lambda v: grid(v, bound).astype(dtype).astype(np.float64)  # noqa: E731
+        else:
+            quantize = lambda v: rounded(v, bound, dtype)  # noqa: E731
+        return solve(layer, weight, self._factors[name], pruned=pruned, quantize=quantize).astype(dtype)
+
+
+def rounded(values: np.ndarray, bound: float, dtype=np.float32) -> np.ndarray:
+    """libdsz's reconstruction of values quantized at absolute `bound` with no predictor (quantize.c):
+    q = round_half_up(x / 2eb), r = q * 2eb computed in double and rounded once to the stored dtype;
+    values beyond the codec's range stay as they are (stored verbatim). Unlike the sparse encoder's
+    rule (pydsz.gptq.grid), which pruned layers keep, a value may become zero: forcing a dense
+    layer's small values to +-1 step instead doubles their error (on
+    face_detection_short_range's dense float16 kernels, at one bound for all layers, the output
+    drift was 5-10x that of rounding to nearest)."""
+    x = np.asarray(values, np.float64)
+    step = 2.0 * bound
+    d = x * (1.0 / step)  # as quantize.c: multiplied by the stored inverse
+    r = (np.floor(d + 0.5) * step).astype(dtype).astype(np.float64)
+    return np.where(np.abs(d) < QMAX, r, x.astype(dtype).astype(np.float64))
+
+
+def compensable(model: TFLiteModel) -> list:
+    """The layers compensation can change: float32 or float16 weights (float16: the constant behind the
+    DEQUANTIZE op) that one layer alone reads."""
+    return [layer for layer in model.layers(("fc", "conv"))
+            if layer.compressible and layer.stored_dtype in ("FLOAT32", "FLOAT16") and not layer.shared_with]
 
 
 def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibration=None,
@@ -70,7 +101,7 @@ def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibrat
     the inputs its Hessians come from (as x takes them), or None to take x, which a warning then
     says fits the very samples the loss is measured on."""
     model = TFLiteModel(tflite_bytes)
-    chosen = [layer.name for layer in selectable(model, ("fc", "conv")) if layer.name in layer_names]
+    chosen = [layer.name for layer in compensable(model) if layer.name in layer_names]
     own = x if calibration is None else runtime.fit_inputs(model.input_details(), calibration, source="calibration")
     compensator = Compensator(tflite_bytes, own[0] if len(own) == 1 else own, chosen, num_threads=num_threads)
     if not chosen:

@@ -157,7 +157,7 @@ def compress(
     num_threads: Optional[int] = None,
     device: str = "cpu",
     executor=None,
-    compensate: bool = False,
+    compensate: Optional[bool] = None,
     calibration=None,
 ) -> Result:
     """The smallest .dsz of a model whose loss in `metric` on (x, y) is at most `max_loss`.
@@ -180,6 +180,8 @@ def compress(
     so the outputs move less; the bound holds on the stored values. calibration: the inputs (as x)
     whose Hessians the compensation uses, disjoint from x; without them it uses x, and a warning
     says that the measured loss is then optimistic (the compensation fits the samples it is judged on).
+    compensate None (default): compensate when calibration inputs are given (bench/head_to_head.py
+    measures what it pays on data neither set holds).
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
@@ -190,8 +192,11 @@ def compress(
     else:
         metric = metrics.get(metric, output)
     budget = Budget(metric, metric.default_max_loss if max_loss is None else max_loss, margin, spent)
+    if compensate is None:
+        compensate = calibration is not None
     if calibration is not None and not compensate:
-        raise InputError("calibration inputs build the Hessians of the compensation: give compensate too")
+        raise InputError("calibration inputs build the Hessians of the compensation, which is turned off: "
+                         "give compensate too")
     chosen = compressible_layers(model, layers)
     names = [l.name for l in chosen]
     x = runtime.fit_inputs(model.input_details(), x)

@@ -160,3 +160,12 @@ def test_interpolation_reads_our_curve_between_points():
     assert bench.ours_interpolated(ours, 0.003) is None
     assert bench.ours_interpolated(ours, 0.005) == pytest.approx(55.0)  # 40x at 0.005 is under the envelope
     assert bench.ours_interpolated(ours, 0.01) == 60.0
+
+
+def test_a_budget_the_validation_data_cannot_resolve_is_skipped_and_reported(pruned, splits):
+    """500 samples at 0.2 points: one changed sample with its noise margin is more than the budget."""
+    pytest.importorskip("hdf5plugin")
+    info = bench.run(pruned, *splits, 0.005, budgets=[0.002, 0.005], clusters=[8], bits=[8])
+    assert [s["setting"] for s in info["skipped"]] == [0.002] and "too few" in info["skipped"][0]["reason"]
+    assert [p["setting"] for p in info["points"] if p["method"] == bench.OURS] == [0.005]
+    assert any(line.startswith("skipped: pydsz at budget 0.002") for line in bench.summary_lines(info))

@@ -367,7 +367,7 @@ def test_a_calibration_set_without_compensation_is_refused():
     x, y = load_npz(bundled("fmnist_val.npz"))
     with pytest.raises(InputError, match="give compensate too"):
         pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
-                          calibration=x[1000:1100])
+                          compensate=False, calibration=x[1000:1100])
 
 
 def test_too_few_calibration_samples_for_a_layer_are_named(lenet300):
@@ -430,7 +430,7 @@ def test_cli_compensates_from_a_directory_of_images_and_refuses_a_mismatched_set
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((50, 5, 5), np.float32))
     for extra, words in ((["--compensate", "--calibration", bad], ("bad.npz", "(5, 5)", "(28, 28")),
-                         (["--calibration", images], ("--calibration", "--compensate"))):
+                         (["--no-compensate", "--calibration", images], ("--calibration", "--no-compensate"))):
         out = tmp_path / "never.dsz"
         assert_user_error(dsz("compress", model, "--data", data, "--normalize", "0,255", *extra, "-o", out), *words)
         assert not out.exists()

@@ -5,6 +5,12 @@ what dynamic-range quantization stores): symmetric per-output-channel quantizati
 the [out, in] matrix scaled by max|row| / (2**(b-1) - 1) and rounded to an int8 code; the float32
 scales are stored with the codes. Bit widths below 8 still store one int8 per weight (zstd then
 finds the unused range): they are the knob of the accuracy/size curve, not a packed format.
+
+For whole models (pydsz.headtohead), `per_channel` and `blockwise` give the codes and scales of
+the LiteRT Quantizer's CHANNELWISE and BLOCKWISE_32 schemes on any layer: the channel axis is the
+one TFLite quantizes along for the op (`channel_axis`: the last for a depthwise kernel
+[1, H, W, C*M], the first for FULLY_CONNECTED [out, in] and CONV_2D OHWI), blocks run along the
+input axis (the last).
 """
 
 from __future__ import annotations
@@ -43,6 +49,45 @@ def encode(w: np.ndarray, setting=8) -> bytes:
     safe = np.where(s > 0, s, 1)[:, None]
     q = np.clip(np.rint(_rows(w) / safe), -top, top).astype(np.int8)
     return pack_shape(w.shape) + _KIND.pack(bits) + lossless.zstd19(s.astype("<f4").tobytes() + q.tobytes())
+
+
+def channel_axis(op: str, ndim: int) -> int:
+    """The axis TFLite keeps one scale per index of, for a weight of `op` (a builtin op name)."""
+    return ndim - 1 if op == "DEPTHWISE_CONV_2D" else 0
+
+
+def per_channel(w: np.ndarray, bits: int, axis: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Symmetric int-b along `axis`: (codes, float32 scales, the dequantized float32 weights). Codes
+    are int8 up to 8 bits, int16 up to 16 (wider than any LiteRT type: a point of the curve only)."""
+    if not 2 <= int(bits) <= 16:
+        raise InputError(f"per-channel quantization to {bits} bits: give 2..16")
+    w = np.asarray(w, np.float32)
+    top = 2 ** (int(bits) - 1) - 1
+    others = tuple(i for i in range(w.ndim) if i != axis)
+    s = (np.abs(w).max(axis=others, keepdims=True) / np.float32(top)).astype(np.float32) if w.size else \
+        np.zeros([1] * w.ndim, np.float32)
+    q = np.clip(np.rint(w / np.where(s > 0, s, 1)), -top, top).astype(np.int8 if bits <= 8 else np.int16)
+    return q, s.reshape(-1), (q.astype(np.float32) * s).astype(np.float32)
+
+
+def blockwise(w: np.ndarray, bits: int = 4, block: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Symmetric int-b with one scale per `block` consecutive values along the last (input) axis:
+    (codes packed as LiteRT stores int4, two per byte, low nibble first; float32 scales; the
+    dequantized weights). InputError where the input axis is not a multiple of the block, which the
+    LiteRT Quantizer refuses too."""
+    w = np.asarray(w, np.float32)
+    if w.ndim == 0 or w.shape[-1] % block:
+        raise InputError(f"blockwise int{bits}: the input axis ({w.shape[-1] if w.ndim else 0} values) is not a "
+                         f"multiple of the block ({block})")
+    top = 2 ** (bits - 1) - 1
+    blocks = w.reshape(-1, block)
+    s = (np.abs(blocks).max(axis=1, keepdims=True) / np.float32(top)).astype(np.float32)
+    q = np.clip(np.rint(blocks / np.where(s > 0, s, 1)), -top, top).astype(np.int8)
+    nibbles = (q.reshape(-1) & 0xF).astype(np.uint8)
+    if nibbles.size % 2:
+        nibbles = np.append(nibbles, np.uint8(0))
+    packed = nibbles[0::2] | (nibbles[1::2] << 4) if bits <= 4 else q.reshape(-1).view(np.uint8)
+    return packed, s.reshape(-1), (q.astype(np.float32) * s).reshape(w.shape).astype(np.float32)
 
 
 def decode(buf: bytes) -> np.ndarray:

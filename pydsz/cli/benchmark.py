@@ -1,9 +1,15 @@
-"""`dsz bench`: pydsz against the anchors of the field on one model."""
+"""`dsz bench`: pydsz against the anchors of the field on one model.
+
+--layers fc (the default): DeepSZ's setting, every method on the FC layers of one pruned model
+(pydsz.bench). --layers conv or all: the model as given against what a user would pick instead,
+whole files, no labels needed (pydsz.headtohead).
+"""
 from __future__ import annotations
 
 import argparse
 import os
 
+from ..errors import InputError
 from .options import (add_device_argument, add_retraining_arguments, load_tflite, metrics_names, resolve_device,
                       sparsity)
 
@@ -17,17 +23,64 @@ def _budgets(text: str):
                                          "(0.0015,0.003,0.006)") from None
 
 
+def _bits(text: str):
+    try:
+        bits = [int(v) for v in text.split(",")]
+    except ValueError:
+        bits = []
+    if not bits or any(not 2 <= b <= 16 for b in bits):
+        raise argparse.ArgumentTypeError(f"invalid bit widths {text!r}: give integers in 2..16 separated by commas")
+    return bits
+
+
+def _whole_model(args, model: bytes) -> None:
+    from .. import headtohead
+    from ..data import load_data
+    from ..model import TFLiteModel
+
+    if args.train or args.sparsity is not None:
+        raise InputError("--train and --sparsity prune the FC layers (--layers fc); with --layers "
+                         f"{args.layers} the model is benched as given (one-shot pruning is one of its methods)")
+    parsed = TFLiteModel(model)
+
+    def data(path):
+        return load_data(path, parsed, normalize=args.normalize if os.path.isdir(path) else None)
+
+    calibration = data(args.calibration)[0] if args.calibration else None
+    info = headtohead.run(model, data(args.data), data(args.test), args.max_loss,
+                          metric=args.metric or "output-error", layers=args.layers, calibration=calibration,
+                          budgets=args.budgets, bits=args.bits or headtohead.BITS,
+                          title=os.path.basename(args.model), progress=not args.quiet, num_threads=args.num_threads)
+    if args.report:
+        directory = os.path.join(args.report, "")
+        os.makedirs(directory, exist_ok=True)
+        from ..container import write_atomic
+        import json
+
+        write_atomic(directory + "bench.json", json.dumps(info, indent=1).encode())
+        headtohead.plot([info], directory + "bench.png")
+    print(f"{info['model']}: {info['file_bytes']} bytes, zstd -19 {info['zstd19_bytes']}; "
+          f"{info['compressible_layers']} compressible layers ({', '.join(info['weights'])})")
+    print(headtohead.table(info))
+    print(headtohead.comparison_table(info))
+
+
 def cmd_bench(args) -> None:
     from .. import bench
     from ..data import load_npz
 
-    device = resolve_device(args)
     model = load_tflite(args.model)
+    if args.layers != "fc":
+        return _whole_model(args, model)
+    if args.calibration or args.normalize:
+        raise InputError("--calibration and --normalize are for --layers conv or all")
+    device = resolve_device(args)
     val, test = load_npz(args.data), load_npz(args.test)
     train = load_npz(args.train) if args.train else None
-    info = bench.run(model, val, test, args.max_loss, metric=args.metric, train=train, sparsity=args.sparsity, epochs=args.epochs,
-                     distill=args.distill, budgets=args.budgets, title=os.path.basename(args.model),
-                     progress=not args.quiet, num_threads=args.num_threads, device=device)
+    info = bench.run(model, val, test, args.max_loss, metric=args.metric or "top1", train=train,
+                     sparsity=args.sparsity, epochs=args.epochs, distill=args.distill, budgets=args.budgets,
+                     title=os.path.basename(args.model), progress=not args.quiet, num_threads=args.num_threads,
+                     device=device, **({"bits": args.bits} if args.bits else {}))
     if args.report:
         directory = os.path.join(args.report, "")
         bench.write_report(info, directory + "bench.json", directory + "bench.png")
@@ -41,26 +94,44 @@ def cmd_bench(args) -> None:
 
 def add_commands(sub) -> None:
     p = sub.add_parser("bench",
-                       help="pydsz against DeepSZ, Deep Compression, quantization and zstd on one pruned model",
-                       description="Prune once (with --train and --sparsity; else the model is taken as pruned), "
-                       "then compress its FC layers with every method, each swept over its knob, and measure "
-                       "every decoded model with the interpreter on the validation and test splits.")
+                       help="pydsz against what users pick instead, every decoded model measured by the interpreter",
+                       description="--layers fc (default): prune once (with --train and --sparsity; else the model "
+                       "is taken as pruned), then compress its FC layers with pydsz, DeepSZ, Deep Compression, "
+                       "int8, float16 and zstd, each swept over its knob. --layers conv or all: the model as given, "
+                       "no labels needed, against float16, per-channel int-b, int4 blockwise and the LiteRT "
+                       "Quantizer's recipes (where installed), whole files compared at equal test loss. Every "
+                       "decoded model runs through the interpreter on the validation and test data.")
     p.add_argument("model", help="input .tflite model")
+    p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
+                   help="fc: DeepSZ's bench on the FC layers of a pruned model (default); conv or all: the whole "
+                   "model as given against what users pick instead")
     p.add_argument("--train", help="training .npz with arrays x and y (to prune and retrain first)")
     p.add_argument("--sparsity", type=sparsity, default=None,
                    help="fraction pruned when --train is given: 0.92, fc1=0.92,fc2=0.91, or auto")
     add_retraining_arguments(p)
-    p.add_argument("--data", required=True, help="validation .npz: budgets and bounds are decided on it")
-    p.add_argument("--test", required=True, help="test .npz: the accuracy every method is judged by")
-    p.add_argument("--metric", default="top1",
-                   help="what every method is judged by (default top1): " + ", ".join(metrics_names()))
+    p.add_argument("--data", required=True, help="validation data: budgets and bounds are decided on it (an .npz; "
+                   "with --layers conv/all also a directory of images)")
+    p.add_argument("--test", required=True, help="test data: what every method is judged by")
+    p.add_argument("--normalize", choices=["0,1", "-1,1", "0,255"], default=None,
+                   help="for directories of images and a float input: map the pixels' 0..255 onto this range")
+    p.add_argument("--calibration", metavar="PATH", default=None,
+                   help="--layers conv/all: inputs for the compensation's Hessians and the one-shot pruning, "
+                   "disjoint from --data (without them those pydsz variants are skipped)")
+    p.add_argument("--metric", default=None,
+                   help="what every method is judged by (default top1 for --layers fc, output-error otherwise): "
+                   + ", ".join(metrics_names()))
     p.add_argument("--max-loss", type=float, default=None,
                    help="the main loss budget in the metric's unit, counted from the model as given "
-                   "(default 0.003 for top1: 0.3 points)")
+                   "(default 0.003 for top1: 0.3 points; 0.01 for output-error)")
     p.add_argument("--budgets", type=_budgets, default=None,
-                   help="loss budgets swept by pydsz and DeepSZ (default: 0.5, 0.75, 1, 1.5, 2 and 4 times --max-loss)")
-    p.add_argument("--report", metavar="DIR", help="write bench.json and bench.png (ratio vs test loss) there")
-    p.add_argument("--sweep", action="store_true", help="also print every point of every curve")
+                   help="loss budgets swept by pydsz (and DeepSZ): default 0.5, 0.75, 1, 1.5, 2 and 4 times "
+                   "--max-loss for --layers fc, 0.5, 1 and 2 times otherwise; a budget the data cannot resolve "
+                   "is skipped and reported")
+    p.add_argument("--bits", type=_bits, default=None,
+                   help="bit widths of the per-channel integer baseline (default 4,5,6,8 for --layers fc; "
+                   "12,10,9,8,7,6,5,4 otherwise)")
+    p.add_argument("--report", metavar="DIR", help="write bench.json and bench.png there")
+    p.add_argument("--sweep", action="store_true", help="--layers fc: also print every point of every curve")
     add_device_argument(p)
     p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")

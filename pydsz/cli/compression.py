@@ -17,8 +17,8 @@ def _calibration(args, model_bytes: bytes):
 
     if args.calibration is None:
         return None
-    if not args.compensate:
-        raise InputError("--calibration builds the Hessians of --compensate: give --compensate too")
+    if args.compensate is False:
+        raise InputError("--calibration builds the Hessians of the compensation, which --no-compensate turns off")
     normalize = args.normalize if os.path.isdir(args.calibration) else None
     return load_data(args.calibration, TFLiteModel(model_bytes), normalize=normalize)[0]
 
@@ -161,15 +161,19 @@ def add_commands(sub) -> None:
     p.add_argument("--margin", type=float, default=1.0,
                    help="standard deviations of the data's noise kept in hand when choosing bounds "
                    "(default 1; 0 trusts the measured losses as they are and overfits the data)")
-    p.add_argument("--compensate", action="store_true",
-                   help="encode GPTQ-compensated float32 weights: each value's quantization error is pushed into the "
-                   "weights not yet quantized through the inverse Hessian of the layer's inputs, so the outputs "
-                   "move less at the same bound (opt-in; bench/compensate.py and bench/oneshot_conv.py measure it)")
+    compensation = p.add_mutually_exclusive_group()
+    compensation.add_argument("--compensate", action="store_const", const=True, default=None,
+                              help="encode GPTQ-compensated weights: each value's quantization error is pushed into "
+                              "the weights not yet quantized through the inverse Hessian of the layer's inputs, so "
+                              "the outputs move less at the same bound (on by default with --calibration; "
+                              "bench/head_to_head.py measures it)")
+    compensation.add_argument("--no-compensate", dest="compensate", action="store_const", const=False,
+                              help="no compensation, even with --calibration")
     p.add_argument("--calibration", metavar="PATH", default=None,
-                   help="with --compensate: the inputs the Hessians are built from (an .npz with x, or a directory "
-                   "of images, mapped by --normalize; no labels needed), disjoint from --data. Without it the "
-                   "Hessians come from --data, the compensation fits the very samples the loss is measured on, and "
-                   "a warning says so: the loss on other data is then likely larger than the budget")
+                   help="the inputs the compensation's Hessians are built from (an .npz with x, or a directory of "
+                   "images, mapped by --normalize; no labels needed), disjoint from --data; turns --compensate on. "
+                   "--compensate without it takes the Hessians from --data: the compensation then fits the very "
+                   "samples the loss is measured on, and a warning says so")
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, default=None,

@@ -1,0 +1,66 @@
+"""GPTQ-compensated encoding (pydsz.compensate): dense layers round to nearest, float16 weights too,
+and calibration inputs turn it on."""
+
+import numpy as np
+import pytest
+
+from pydsz import codec, compensate, runtime
+from pydsz.data import bundled, load_npz
+from pydsz.model import TFLiteModel
+
+BOUND = 0.02
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    return load_npz(bundled("fmnist_val.npz"))[0][:300]
+
+
+def _layer_output_error(tflite: bytes, name: str, new: np.ndarray, x) -> float:
+    model = TFLiteModel(tflite)
+    h = runtime.capture(tflite, x, model.layer(name).input).reshape(len(x), -1).astype(np.float64)
+    return float(np.linalg.norm(h @ (np.asarray(model.weight(name), np.float64) - new).T))
+
+
+@pytest.mark.runtime
+def test_a_dense_layer_rounds_to_nearest_and_decodes_exactly(calibration):
+    tflite = bundled("lenet300.tflite").read_bytes()
+    c = compensate.Compensator(tflite, calibration, ["fc2"]).weights("fc2", BOUND)
+    assert c.dtype == np.float32 and np.count_nonzero(c == 0) > 0  # small values may become zero
+    assert np.array_equal(codec.decompress_array(codec.compress_array(c, BOUND)), c)  # on libdsz's grid
+    plain = codec.decompress_array(codec.compress_array(np.asarray(TFLiteModel(tflite).weight("fc2")), BOUND))
+    assert _layer_output_error(tflite, "fc2", c, calibration) < 0.8 * _layer_output_error(tflite, "fc2", plain,
+                                                                                            calibration)
+
+
+@pytest.mark.runtime
+def test_float16_weights_are_compensated_in_float16(calibration):
+    tflite = bundled("lenet300_f16.tflite").read_bytes()
+    model = TFLiteModel(tflite)
+    assert model.layer("fc2").stored_dtype == "FLOAT16"
+    assert "fc2" in [layer.name for layer in compensate.compensable(model)]
+    c = compensate.Compensator(tflite, calibration, ["fc2"]).weights("fc2", BOUND)
+    assert c.dtype == np.float16
+    # every value is a float16 reconstruction libdsz gives back as it is
+    assert np.array_equal(codec.decompress_array(codec.compress_array(c, BOUND)), c)
+    plain = codec.decompress_array(codec.compress_array(np.asarray(model.stored("fc2")), BOUND))
+    assert _layer_output_error(tflite, "fc2", c.astype(np.float64), calibration) < \
+        0.8 * _layer_output_error(tflite, "fc2", plain.astype(np.float64), calibration)
+
+
+def test_rounded_is_libdsz_reconstruction():
+    x = np.random.default_rng(3).normal(scale=0.05, size=1000).astype(np.float32)
+    r = compensate.rounded(x, 0.01).astype(np.float32)
+    assert np.array_equal(codec.decompress_array(codec.compress_array(x, 0.01, predictor="none")), r)
+    assert np.all(np.abs(r - x) <= 0.01)
+
+
+@pytest.mark.runtime
+def test_calibration_inputs_turn_compensation_on(calibration):
+    from pydsz import pipeline
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[1000:1600], y[1000:1600], 0.01,
+                               metric="top1", calibration=calibration)
+    assert result.compensated == ["fc1", "fc2", "fc3"]
+    assert compensate.SHARED_SAMPLES not in result.warnings  # the Hessians came from the calibration inputs
