@@ -114,7 +114,10 @@ def plans(curves: Mapping[str, Curve]) -> list[Plan]:
         return family
     lo, hi = min(positive), sum(max(c.loss) for c in curves.values())
     for budget in np.geomspace(lo, hi, BUDGETS) if hi > lo else [hi]:
-        chosen = minimize_size(table, budget, budget / UNITS)
+        # each layer's loss rounds up by less than a unit: as many units more keep every plan within
+        # the budget in reach
+        unit = budget / UNITS
+        chosen = minimize_size(table, budget + len(table) * unit, unit)
         if chosen is None:
             continue
         plan = {name: o.bound for name, o in chosen.choice.items() if o.bound > 0}
