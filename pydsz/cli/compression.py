@@ -245,8 +245,9 @@ def add_commands(sub) -> None:
     add_data_arguments(p, "validation .npz with arrays x and y (oneshot: labels optional, or a directory of images)")
     add_metric_arguments(p)
     p.add_argument("--sparsity", type=_prune_sparsity, required=True,
-                   help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (per layer, largest first, "
-                   "within --auto-budget), or n:m such as 2:4 (oneshot: n of every m consecutive inputs)")
+                   help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (the per-layer plan of the smallest "
+                   "predicted file within --auto-budget, measured on --data), or n:m such as 2:4 (oneshot: n of "
+                   "every m consecutive inputs)")
     p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
                    help="which layers to prune (default fc; conv and all need --method oneshot)")
     add_retraining_arguments(p)
