@@ -60,25 +60,28 @@ def _row(case, method, model, result, tests, seconds, **extra) -> dict:
     return row
 
 
-def lenet(case: str, max_loss: float) -> list:
+def lenet(case: str, max_loss: float, methods=("fixed", "prune auto")) -> list:
     spec = REFERENCE[case]
     model = bundled(spec["file"]).read_bytes()
     x, y = fashion_mnist("train")
     train = (x[:TRAIN_SIZE], y[:TRAIN_SIZE])
     val, test = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
     rows = []
-    start = time.perf_counter()
-    fixed = demo_run(case, max_loss=max_loss)
-    rows.append(_row(case, "fixed", model, fixed["result"], {"test10k": test}, time.perf_counter() - start,
-                     sparsity=fixed["summary"]["sparsity"]))
-    start = time.perf_counter()
-    result, split = compress_pruned(model, *val, max_loss, train=train, epochs=spec["epochs"], distill=spec["distill"])
-    rows.append(_row(case, "prune auto", model, result, {"test10k": test}, time.perf_counter() - start,
-                     sparsity=split.sparsity, split=split.line(), notes=split.notes))
+    if "fixed" in methods:
+        start = time.perf_counter()
+        fixed = demo_run(case, max_loss=max_loss)
+        rows.append(_row(case, "fixed", model, fixed["result"], {"test10k": test}, time.perf_counter() - start,
+                         sparsity=fixed["summary"]["sparsity"]))
+    if "prune auto" in methods:
+        start = time.perf_counter()
+        result, split = compress_pruned(model, *val, max_loss, train=train, epochs=spec["epochs"],
+                                        distill=spec["distill"])
+        rows.append(_row(case, "prune auto", model, result, {"test10k": test}, time.perf_counter() - start,
+                         sparsity=split.sparsity, split=split.line(), notes=split.notes))
     return rows
 
 
-def heldout(case: str) -> list:
+def heldout(case: str, methods=("fixed", "auto", "prune auto", "one-shot", "all layers")) -> list:
     def path(part):
         return HELDOUT / f"{case}{part}"
 
@@ -91,20 +94,24 @@ def heldout(case: str) -> list:
     hand = {name: HAND[name] for name in fcs} if len(fcs) == 3 else {name: 0.9 for name in fcs}
     rows = []
     for method, sparsity, budget in (("fixed", hand, 0.0), ("auto", "auto", 0.01)):
+        if method not in methods:
+            continue
         start = time.perf_counter()
         pruned = prune_model(model, train, val, sparsity, epochs=8, auto_budget=budget)
         result = compress(pruned.tflite, *val, 0.005, metric="top1")
         rows.append(_row(case, method, model, result, tests, time.perf_counter() - start, sparsity=pruned.sparsity,
                          notes=pruned.notes))
-    start = time.perf_counter()
-    result, split = compress_pruned(model, *val, 0.015, train=train)
-    rows.append(_row(case, "prune auto", model, result, tests, time.perf_counter() - start, sparsity=split.sparsity,
-                     split=split.line(), notes=split.notes))
-    start = time.perf_counter()
-    result, split = compress_pruned(model, *val, 0.01, calibration=train[0][:5000])
-    rows.append(_row(case, "one-shot", model, result, tests, time.perf_counter() - start, sparsity=split.sparsity,
-                     split=split.line(), notes=split.notes))
-    if case.startswith("cnn"):
+    if "prune auto" in methods:
+        start = time.perf_counter()
+        result, split = compress_pruned(model, *val, 0.015, train=train)
+        rows.append(_row(case, "prune auto", model, result, tests, time.perf_counter() - start,
+                         sparsity=split.sparsity, split=split.line(), notes=split.notes))
+    if "one-shot" in methods:
+        start = time.perf_counter()
+        result, split = compress_pruned(model, *val, 0.01, calibration=train[0][:5000])
+        rows.append(_row(case, "one-shot", model, result, tests, time.perf_counter() - start,
+                         sparsity=split.sparsity, split=split.line(), notes=split.notes))
+    if case.startswith("cnn") and "all layers" in methods:
         start = time.perf_counter()
         result, split = compress_pruned(model, *val, 0.02, calibration=train[0][:5000], layers="all")
         rows.append(_row(case, "all layers", model, result, tests, time.perf_counter() - start,
@@ -143,16 +150,25 @@ def table(rows: list) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--methods", default=None,
+                        help="only these rows, comma-separated (fixed, auto, prune auto, one-shot, all layers); "
+                        "the JSON keeps the other rows of an earlier run")
     parser.add_argument("--max-loss", type=float, default=0.003, help="the LeNets' budget (default 0.003)")
     parser.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "auto_sparsity.json"))
     args = parser.parse_args()
+    kept = json.loads(Path(args.json).read_text())["rows"] if args.methods and Path(args.json).exists() else []
+    methods = args.methods.split(",") if args.methods else ("fixed", "auto", "prune auto", "one-shot", "all layers")
     rows = []
     for case in args.cases.split(","):
-        rows += lenet(case, args.max_loss) if case in REFERENCE else heldout(case)
-        report = {"machine": machine_info(), "max_loss": args.max_loss, "rows": rows}
+        rows += lenet(case, args.max_loss, methods) if case in REFERENCE else heldout(case, methods)
+        done = {(r["case"], r["method"]) for r in rows}
+        order = list(dict.fromkeys(r["case"] for r in kept + rows))
+        merged = sorted([r for r in kept if (r["case"], r["method"]) not in done] + rows,
+                        key=lambda r: order.index(r["case"]))
+        report = {"machine": machine_info(), "max_loss": args.max_loss, "rows": merged}
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
-    print(table(rows))
-    plot(rows, args.json.replace(".json", ".png"))
+    print(table(merged))
+    plot(merged, args.json.replace(".json", ".png"))
     print(f"\nwrote {args.json} and its .png")
     return 0
 

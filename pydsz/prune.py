@@ -97,9 +97,9 @@ def prune_model(
         judged = _auto_budget(auto_budget)
         chosen = auto_retrain.choose(layers, h, y, h_val, y_val, todo, judged, seed=seed, progress=progress,
                                      teacher=teacher if distill else None, distill=distill, device=device)
-        notes += chosen.notes
         layers, targets, schedule = _final_auto(layers, h, y, h_val, y_val, chosen, judged, teacher, epochs=epochs,
                                                 seed=seed, progress=progress, distill=distill, device=device)
+        notes += chosen.notes
         notes.append(f"auto kept {planner.describe(targets)}, retrained by {schedule}")
     elif targets:
         layers = retrain(layers, masks_for(layers, {}), h, y, epochs=epochs, seed=seed, progress=progress,
@@ -142,12 +142,18 @@ def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, e
     else:
         return dense, {}, "nothing"
     if index == chosen.index and within_margin(layers):
+        climbed, stopped = 0, "the family's end"
         for step in range(index + 1, min(len(chosen.family), index + 1 + CLIMB)):
             more = dict(chosen.family[step])
             trained = auto_retrain.retrain_as(schedule, dense, h, y, more, **common)
             if not within_margin(trained):
+                stopped = f"{planner.describe(more)} beyond the budget with its margin"
                 break
-            layers, targets = trained, more
+            layers, targets, climbed = trained, more, climbed + 1
+        else:
+            stopped = stopped if index + 1 + CLIMB >= len(chosen.family) else f"the limit of {CLIMB} steps"
+        chosen.notes.append(f"auto climbed {climbed} plan(s) past the brief trials' choice by full retraining; "
+                            f"stopped at {stopped}")
     return layers, targets, schedule
 
 
