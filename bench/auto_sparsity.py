@@ -50,11 +50,19 @@ CASES = ("lenet300", "lenet5", "mlp-a", "mlp-b", "cnn-a", "cnn-b", "mlp-c")
 HAND = {"fc1": 0.93, "fc2": 0.9, "fc3": 0.7}
 
 
+def _commit() -> str:
+    import subprocess
+
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
 def _row(case, method, model, result, tests, seconds, **extra) -> dict:
     decoded = container.load(result.dsz).tflite_bytes()
     losses = {name: runtime.accuracy(model, *data) - runtime.accuracy(decoded, *data) for name, data in tests.items()}
     row = {"case": case, "method": method, "ratio": result.ratio, "file_ratio": result.file_ratio,
-           "test_loss": losses, "val_after": result.after, "seconds": seconds, **extra}
+           "test_loss": losses, "val_after": result.after, "seconds": seconds,
+           "commit": _commit(), **extra}
     print(f"[{time.strftime('%H:%M:%S')}] {case} {method}: {result.ratio:.1f}x, test loss "
           + ", ".join(f"{k} {100 * v:+.2f}" for k, v in losses.items()) + f" ({seconds:.0f} s)", flush=True)
     return row

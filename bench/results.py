@@ -544,11 +544,14 @@ def section_auto_sparsity(au: dict) -> list:
             f"the same {au['max_loss']} of validation top-1. Models trained elsewhere (Keras, builders/make_heldout_models.py)",
             "with 500 validation images: the issue's hand schedule and its commands (fixed, auto), the same 1.5 points",
             "in one command (prune auto), one-shot within 1 point and, for the CNNs, every layer within 2. Test loss",
-            "on the user's 500 test images and on all 10,000, from the unpruned model.", ""]
+            "on the user's 500 test images and on all 10,000, from the unpruned model. `code`: the commit that",
+            "measured the row (`--methods` reruns some rows and keeps the others).", ""]
     rows = [[r["case"], r["method"], f"{r['ratio']:.1f}x",
              points(r["test_loss"]["test"]) if "test" in r["test_loss"] else "-", points(r["test_loss"]["test10k"]),
-             ", ".join(f"{k}={v:.2f}" for k, v in r["sparsity"].items() if v), f"{r['seconds']:.0f}"] for r in au["rows"]]
-    return out + table(["case", "method", "ratio", "test loss, 500", "test loss, 10k", "sparsity", "seconds"], rows)
+             ", ".join(f"{k}={v:.2f}" for k, v in r["sparsity"].items() if v), f"{r['seconds']:.0f}",
+             r.get("commit", "")] for r in au["rows"]]
+    return out + table(["case", "method", "ratio", "test loss, 500", "test loss, 10k", "sparsity", "seconds", "code"],
+                       rows)
 
 
 def section_fuzz(campaigns: list) -> list:
