@@ -2,8 +2,8 @@
 one-shot pruning (pydsz.oneshot).
 
 Masks are by magnitude (the largest share kept) unless the one-shot sweep chooses them. A layer that
-is already sparse enough is taken as pruned and left alone; `auto` climbs AUTO_LADDER, the largest
-layers first.
+is already sparse enough is taken as pruned and left alone; `auto` chooses each layer's sparsity among
+AUTO_LADDER's rungs (pydsz.sparsity).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pydsz.errors import InputError
 
 # A layer whose weights are at least this sparse is taken as already pruned and left alone.
 ALREADY_SPARSE = 0.5
-# The ladder `auto` climbs, layer by layer.
-AUTO_LADDER = (0.5, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98)
+# The sparsities `auto` chooses among, per layer (pydsz.sparsity plans over them).
+AUTO_LADDER = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99)
 # Standard deviations of validation noise `auto` keeps in hand (compress's default margin).
 AUTO_MARGIN = 1.0
 

@@ -12,7 +12,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from pydsz import metrics, runtime
+from pydsz import metrics, runtime, sparsity as planner
 from pydsz.budget import Budget
 from pydsz.context import Run
 from pydsz.errors import InputError
@@ -70,14 +70,14 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
 def prune_model(
     tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.ndarray, Optional[np.ndarray]],
     sparsity: Union[float, Mapping[str, float], tuple[int, int], str], *, kinds: Sequence[str] = ("fc",),
-    auto_budget: float = 0.001, metric=None, output: Optional[str] = None, progress: bool = False,
+    auto_budget: Union[float, Budget] = 0.001, metric=None, output: Optional[str] = None, progress: bool = False,
     num_threads: int | None = None,
 ) -> PruneResult:
     """Prune the layers of `kinds` one-shot (pydsz.oneshot: SparseGPT from calibration inputs, no
     training). sparsity: a fraction, {layer: fraction}, an n:m pattern (n, m), or "auto" (as
     auto_sparsity decides, on one-shot trials judged on `val` by `metric`: a pydsz.metrics spec, by
     default top1 with labels, expected-top1 without for a classifier, output-error otherwise;
-    auto_budget is in the metric's unit). The labels, when given, also measure top-1 before and after."""
+    auto_budget is in the metric's unit, or a pydsz.budget.Budget: its metric, margin and option name). The labels, when given, also measure top-1 before and after."""
     x_val, y_val = val
 
     def top1(model: bytes) -> Optional[float]:
@@ -85,7 +85,10 @@ def prune_model(
 
     nm = sparsity if isinstance(sparsity, tuple) else None
     notes: list[str] = []
-    if sparsity == "auto":
+    if sparsity == "auto" and isinstance(auto_budget, Budget):
+        judged = auto_budget
+        notes.append(f"auto judged by {judged.metric.spec}")
+    elif sparsity == "auto":
         if metric is None:
             judge_by, why = metrics.default(TFLiteModel(tflite_bytes), y_val is not None, output)
             notes.append(f"auto judged by {judge_by.spec} ({why})")
@@ -93,6 +96,7 @@ def prune_model(
             judge_by = metrics.get(metric, output)
             notes.append(f"auto judged by {judge_by.spec}")
         judged = Budget(judge_by, auto_budget, AUTO_MARGIN, option="--auto-budget", margin_option=None)
+    if sparsity == "auto":
         sparsity, warnings = _oneshot_auto(tflite_bytes, calibration, val, kinds, judged,
                                            Run(num_threads, progress=progress))
         notes += warnings
@@ -106,47 +110,79 @@ def prune_model(
 
 def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kinds: Sequence[str], judged: Budget,
                   run: Run) -> tuple[dict[str, float], list[str]]:
-    """auto_sparsity's search with one-shot trials: per layer, largest first, the highest rung of
-    AUTO_LADDER whose loss on `val` (pydsz.metrics, paired with the unpruned model's per sample)
-    stays within the budget with its margin of noise in hand, the noise as
-    compress counts it (McNemar's for top-1). Nothing retrains, so every trial is judged against the
-    unpruned model: the layers share one budget. Returns the sparsities and the warnings about
-    samples too few to resolve the budget (InputError where they cannot resolve it at all)."""
-    from tqdm import tqdm
+    """auto's plan with one-shot trials (pydsz.sparsity): per layer, SparseGPT on that layer alone at each
+    rung (its Hessian from the calibration inputs, once), the loss of each measured on `val` and its
+    bytes from libdsz; the knapsack's family of plans; then the most pruned plan whose one-shot pruning
+    of every layer together stays within the budget on `val` (pydsz.metrics, paired with the unpruned
+    model's per sample, the noise as compress counts it) with its margin of noise in hand. Nothing
+    retrains, so every trial is judged against the unpruned model. Returns the sparsities and the notes
+    (what was chosen; samples too few to resolve the budget, an InputError where they cannot resolve it
+    at all)."""
+    from pydsz.assess import Evaluator
 
     x_val, y_val = val
     metric, num_threads = judged.metric, run.num_threads
     model = TFLiteModel(tflite_bytes)
-    keys = [d["key"] for d in model.output_details()]
-    reference = runtime.outputs(tflite_bytes, x_val, keys, num_threads=num_threads)
     if metric.needs_labels and y_val is None:
         raise InputError(f"sparsity auto judged by {metric.name} needs labels (an .npz with 'y'); without them "
                          "judge by a metric that compares with the unpruned model (expected-top1, output-error)")
-    metric.check(reference, y_val)
-    base = metric.losses(reference, reference, y_val)
-    n = len(base)
+    layers = [l for l in selectable(model, kinds) if 1 - density(model.weight(l)) < ALREADY_SPARSE]
+    names = [l.name for l in layers]
+    if not layers:
+        return {}, []
+    check_memory(layers)
+    judge = Evaluator(tflite_bytes, x_val, y_val, names, metric=metric, num_threads=num_threads)
+    n = judge.samples
     warnings = judged.warnings(n)
     allowed = judged.allowed(n)
-    layers = [l for l in selectable(model, kinds) if 1 - density(model.weight(l)) < ALREADY_SPARSE]
+    # the curves rank by a smooth loss where the budget's moves by whole samples
+    proxy = (Evaluator(tflite_bytes, x_val, y_val, names, metric=metrics.UserMetric(divergence, "divergence",
+                                                                                 metric.output),
+                       num_threads=num_threads) if metric.classifier else judge)
+    factors = {}
 
-    def trial(targets: dict) -> tuple[bool, float]:
-        """(within the budget with the margin, the noise of the summed loss)."""
-        pruned = prune_layers(tflite_bytes, calibration, targets, kinds=kinds, num_threads=num_threads).tflite
-        losses = metric.losses(runtime.outputs(pruned, x_val, keys, num_threads=num_threads), reference, y_val)
-        noise = metric.noise(losses, base)
-        return judged.within(float(np.sum(losses - base)), noise, allowed), noise
+    def prune(name: str, s: float) -> np.ndarray:
+        layer = model.layer(name)
+        if name not in factors:
+            factors[name] = [inverse_factor(g, DAMP) for g in hessian(model, layer, calibration, num_threads)]
+        return solve(layer, model.weight(layer), factors[name], sparsity=s)
 
-    order = by_size([l.name for l in layers], {l.name: int(np.prod(l.shape)) for l in layers})
-    chosen: dict[str, float] = {}
-    for name in tqdm(order, desc="auto sparsity", unit="layer", disable=not run.progress, leave=False):
-        lo, hi = 0, len(AUTO_LADDER)  # AUTO_LADDER[:lo] passed, [hi:] failed
-        while lo < hi:
-            mid = (lo + hi) // 2
-            safe, noise = trial({**chosen, name: AUTO_LADDER[mid]})
-            lo, hi = (mid + 1, hi) if safe else (lo, mid)
-        if lo:
-            chosen[name] = AUTO_LADDER[lo - 1]
-        elif name == order[0] and judged.risk(0, noise) > allowed:
-            # the last trial was the ladder's first rung: its noise alone exceeds the budget
-            raise judged.noise_error(f"pruning {name}, the largest layer, by {AUTO_LADDER[0]}", n, noise)
-    return chosen, warnings
+    curves = planner.measure_curves({l.name: model.weight(l) for l in layers}, prune,
+                                    lambda name, w: proxy.measure({name: w}).loss, progress=run.progress)
+    factors.clear()
+    family = planner.plans(curves)
+
+    def trial(plan: dict) -> planner.Trial:
+        pruned = prune_layers(tflite_bytes, calibration, plan, kinds=kinds, num_threads=num_threads).tflite
+        m = judge.measure_model(pruned)
+        return planner.Trial(plan, judged.within(m.loss, m.noise, allowed), m.loss, m.noise)
+
+    index, trials = planner.search(family, trial, run.progress)
+    if index == 0:
+        largest = by_size(names, {l.name: int(np.prod(l.shape)) for l in layers})[0]
+        first = trial({largest: AUTO_LADDER[0]})
+        if judged.risk(0, first.noise) > allowed:
+            # its noise alone exceeds the budget
+            raise judged.noise_error(f"pruning {largest}, the largest layer, by {AUTO_LADDER[0]}", n, first.noise)
+    plan = family[index]
+    note = (f"auto chose {planner.describe(plan)} of {len(family)} plans (predicted "
+            f"{planner.predicted_bytes(curves, plan)} bytes; {len(trials)} one-shot trials)")
+    return dict(plan), [note, *warnings]
+
+
+def divergence(outputs: dict, reference: dict, y) -> np.ndarray:
+    """Per sample, the KL divergence of the class probabilities from the unpruned model's (summed over
+    the outputs): smooth where top-1 moves by whole samples."""
+    total = 0.0
+    for key, out in outputs.items():
+        p, q = (_probabilities(np.asarray(a, np.float64).reshape(len(a), -1)) for a in (reference[key], out))
+        total = total + np.sum(p * (np.log(p + 1e-12) - np.log(q + 1e-12)), axis=1)
+    return np.asarray(total, np.float64)
+
+
+def _probabilities(scores: np.ndarray) -> np.ndarray:
+    """Rows of class probabilities as they are (a softmax output), or the softmax of logits."""
+    if scores.min() >= 0 and np.allclose(scores.sum(axis=1), 1, atol=1e-3):
+        return scores
+    e = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)

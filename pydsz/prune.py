@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from pydsz import metrics, runtime
+from pydsz import auto_retrain, metrics, runtime, sparsity as planner
 from pydsz.budget import Budget
 from pydsz.errors import InputError
-from pydsz.masks import (ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, Sparsity, by_size, density, masks_for,
-                         sparsity_targets)
+from pydsz.masks import ALREADY_SPARSE, AUTO_MARGIN, Sparsity, density, masks_for, sparsity_targets
 from pydsz.model import TFLiteModel
 from pydsz.tail import Tail
-from pydsz.train import MIN_TRAIN_SAMPLES, Dense, count_correct, logits, retrain, tail_layers
+from pydsz.train import MIN_TRAIN_SAMPLES, Dense, logits, retrain, tail_layers
 
 
 @dataclass
@@ -41,76 +40,31 @@ class PruneResult:
     notes: list[str] = field(default_factory=list)  # oneshot auto: what it judged by, and sample warnings
 
 
-def auto_sparsity(
-    layers: list[Dense], h: np.ndarray, y: np.ndarray, h_val: np.ndarray, y_val: np.ndarray,
-    names: Sequence[str], budget: float, epochs: float = 1, seed: int = 0, progress: bool = False,
-    teacher: Optional[Sequence[Dense]] = None, distill: float = 0.5, device: str = "cpu",
-    margin: float = AUTO_MARGIN,
-) -> tuple[dict[str, float], list[Dense]]:
-    """Per layer in turn, largest first, the highest sparsity of AUTO_LADDER whose validation loss
-    stays within `budget` (accuracy) with `margin` standard deviations of noise in hand; returns
-    the sparsities and the layers retrained at them. InputError when the validation set is too small
-    to tell even the smallest pruning of the largest layer from noise.
-
-    Each trial retrains briefly, pruning gradually and distilling from `teacher` as the final
-    retraining does. A brief retraining moves a converged model by itself, so a trial is compared
-    with the same brief retraining at the sparsities already chosen, not with the model as it came.
-    The ladder is searched by bisection (the loss grows with the sparsity): a few trials per layer.
-    """
-    from tqdm import tqdm
-
-    judged = _auto_budget(budget, margin)
-    allowed = judged.allowed(len(y_val))
-    chosen: dict[str, float] = {}
-
-    def trial(targets):
-        return retrain(layers, masks_for(layers, {}), h, y, epochs=epochs, seed=seed, targets=targets or None,
-                       teacher=teacher, distill=distill, device=device)
-
-    def hits(candidate):
-        return np.argmax(logits(candidate, h_val, device), axis=1) == y_val
-
-    order = by_size(names, {l.name: l.weight.size for l in layers})
-    steps = int(np.ceil(np.log2(len(AUTO_LADDER) + 1))) + 1
-    with tqdm(total=len(names) * steps, desc="auto sparsity", disable=not progress, leave=False) as bar:
-        for name in order:
-            reference = hits(trial(chosen))
-            bar.update()
-            lo, hi, best = 0, len(AUTO_LADDER), None  # AUTO_LADDER[:lo] passed, [hi:] failed
-            while lo < hi:
-                mid = (lo + hi) // 2
-                trained = trial({**chosen, name: AUTO_LADDER[mid]})
-                candidate = hits(trained)
-                bar.update()
-                # paired against the reference: the net samples lost, McNemar's noise of the flips
-                lost, gained = int(np.sum(reference & ~candidate)), int(np.sum(~reference & candidate))
-                noise = math.sqrt(lost + gained)
-                if judged.within(lost - gained, noise, allowed):
-                    lo, best = mid + 1, trained
-                else:
-                    hi = mid
-            if best is not None:
-                chosen[name], layers = AUTO_LADDER[lo - 1], best
-            elif name == order[0] and judged.risk(0, noise) > allowed:
-                # the last trial was the ladder's first rung: its noise alone exceeds the budget
-                raise judged.noise_error(f"pruning {name}, the largest layer, by {AUTO_LADDER[0]}", len(y_val), noise)
-    return chosen, layers
+# Full retrainings auto may spend climbing its family past the plan the brief trials chose.
+CLIMB = 3
 
 
-def _auto_budget(budget: float, margin: float = AUTO_MARGIN) -> Budget:
-    """`auto`'s budget with retraining: top-1 on the validation labels, set by --auto-budget."""
+def _auto_budget(budget: Union[float, Budget], margin: float = AUTO_MARGIN) -> Budget:
+    """`auto`'s budget with retraining: top-1 on the validation labels, set by --auto-budget; or the
+    Budget a caller sets up (dsz compress --prune auto: its share of --max-loss), which must be top-1."""
+    if isinstance(budget, Budget):
+        if not isinstance(budget.metric, metrics.Top1):
+            raise InputError(f"pruning with retraining judges by top1 on the labels, not {budget.metric.spec}")
+        return budget
     return Budget(metrics.Top1(), budget, margin, option="--auto-budget", margin_option=None)
 
 
 def prune_model(
     tflite_bytes: bytes, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
-    sparsity: Sparsity, *, epochs: float = 8, auto_budget: float = 0.001, distill: float = 0.5, seed: int = 0,
+    sparsity: Sparsity, *, epochs: float = 8, auto_budget: Union[float, Budget] = 0.001, distill: float = 0.5,
+    seed: int = 0,
     progress: bool = False, num_threads: int | None = None, device: str = "cpu",
 ) -> PruneResult:
     """Prune the FC layers of a .tflite model by magnitude and retrain its FC tail with the masks held.
 
-    sparsity: one fraction for every FC layer, {layer: fraction}, or "auto" (per layer as high as
-    the validation accuracy allows within auto_budget). Layers already at least ALREADY_SPARSE
+    sparsity: one fraction for every FC layer, {layer: fraction}, or "auto" (pydsz.auto_retrain: the
+    plan of the smallest predicted file whose retraining keeps the validation top-1 within auto_budget,
+    a share of accuracy, or a pydsz.budget.Budget in top-1 whose option name its errors give). Layers already at least ALREADY_SPARSE
     sparse are left alone. The trunk before the first FC layer stays frozen: its output is
     captured once and the tail retrains on it. `distill`: the unpruned tail's share of the
     training target (knowledge distillation; 0 trains on the labels alone). device: "cpu" or
@@ -138,34 +92,69 @@ def prune_model(
     h_val = runtime.capture(data, x_val, tail_input, num_threads=num_threads)
     y, y_val = np.asarray(y), np.asarray(y_val)
     teacher = [replace(l) for l in layers]
-    auto = targets == "auto"
-    if auto:
-        targets, _ = auto_sparsity(layers, h, y, h_val, y_val, todo, auto_budget, seed=seed,
-                                   progress=progress, teacher=teacher if distill else None, distill=distill,
-                                   device=device)
-    dense = layers
-    while True:
-        if not targets:  # auto found no sparsity within the budget: the layers stay as they came
-            layers = dense
-            break
-        layers = retrain(dense, masks_for(dense, {}), h, y, epochs=epochs, seed=seed, progress=progress,
+    notes: list[str] = []
+    if targets == "auto":
+        judged = _auto_budget(auto_budget)
+        chosen = auto_retrain.choose(layers, h, y, h_val, y_val, todo, judged, seed=seed, progress=progress,
+                                     teacher=teacher if distill else None, distill=distill, device=device)
+        layers, targets, schedule = _final_auto(layers, h, y, h_val, y_val, chosen, judged, teacher, epochs=epochs,
+                                                seed=seed, progress=progress, distill=distill, device=device)
+        notes += chosen.notes
+        notes.append(f"auto kept {planner.describe(targets)}, retrained by {schedule}")
+    elif targets:
+        layers = retrain(layers, masks_for(layers, {}), h, y, epochs=epochs, seed=seed, progress=progress,
                          targets=targets, teacher=teacher if distill else None, distill=distill, device=device)
-        # the brief trials of `auto` only estimate what the full retraining keeps: check it, and
-        # step the sparsest layer one rung down the ladder while the budget is exceeded
-        lost = count_correct(dense, h_val, y_val, device=device) - count_correct(layers, h_val, y_val, device=device)
-        if not auto or lost <= _auto_budget(auto_budget).allowed(len(y_val)):
-            break
-        name = max(targets, key=targets.get)
-        lower = [s for s in AUTO_LADDER if s < targets[name]]
-        if lower:
-            targets[name] = lower[-1]
-        else:
-            del targets[name]
     del h, h_val  # the new model's bytes need not sit beside the activations
     out, sparsities = _written(model, layers)
     del layers  # written into `out`: the interpreter measuring it need not sit beside them
-    return PruneResult(out, sparsities, sorted(targets), already,
-                       top1_before, runtime.accuracy(out, x_val, y_val, num_threads=num_threads))
+    return PruneResult(out, sparsities, sorted(targets), already, top1_before,
+                       runtime.accuracy(out, x_val, y_val, num_threads=num_threads), notes=notes)
+
+
+def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, epochs, seed, progress, distill,
+                device) -> tuple[list[Dense], dict, str]:
+    """The full retraining of auto's plan, checked on the validation labels against the unpruned tail.
+    The brief trials only estimate what it keeps: a plan that loses more than the budget allows steps
+    down its family until one does (nothing pruned at the bottom), and one that keeps within it with
+    the margin of noise in hand climbs the family, a full retraining each step, while the next plan
+    does too (at most CLIMB steps). Returns the layers, the plan kept and its schedule."""
+    allowed = judged.allowed(len(y_val))
+    reference = np.argmax(logits(dense, h_val, device), axis=1) == y_val
+    common = dict(epochs=epochs, seed=seed, progress=progress, teacher=teacher if distill else None,
+                  distill=distill, device=device)
+
+    def lost(layers):
+        hits = np.argmax(logits(layers, h_val, device), axis=1) == y_val
+        return int(np.sum(reference & ~hits)) - int(np.sum(~reference & hits))
+
+    def within_margin(layers):
+        hits = np.argmax(logits(layers, h_val, device), axis=1) == y_val
+        changed = int(np.sum(reference != hits))
+        return judged.within(int(np.sum(reference)) - int(np.sum(hits)), math.sqrt(changed), allowed)
+
+    index, stride = chosen.index, 1
+    while index > 0:
+        targets = dict(chosen.family[index])
+        layers, schedule, count = auto_retrain.final(dense, h, y, targets, lost, **common)
+        if count <= allowed:
+            break
+        index, stride = index - stride, 2 * stride  # a few full retrainings at most, not one per plan
+    else:
+        return dense, {}, "nothing"
+    if index == chosen.index and within_margin(layers):
+        climbed, stopped = 0, "the family's end"
+        for step in range(index + 1, min(len(chosen.family), index + 1 + CLIMB)):
+            more = dict(chosen.family[step])
+            trained = auto_retrain.retrain_as(schedule, dense, h, y, more, **common)
+            if not within_margin(trained):
+                stopped = f"{planner.describe(more)} beyond the budget with its margin"
+                break
+            layers, targets, climbed = trained, more, climbed + 1
+        else:
+            stopped = stopped if index + 1 + CLIMB >= len(chosen.family) else f"the limit of {CLIMB} steps"
+        chosen.notes.append(f"auto climbed {climbed} plan(s) past the brief trials' choice by full retraining; "
+                            f"stopped at {stopped}")
+    return layers, targets, schedule
 
 
 def _fc_layers(model, none: str) -> list:

@@ -34,29 +34,69 @@ def cmd_compress(args) -> None:
     device = resolve_device(args)
     model = load_tflite(args.model)
     x, y = data_for(args, model)
-    calibration = _calibration(args, model)
+    if args.train and not args.prune:
+        raise InputError("--train is the training set of --prune auto: give --prune auto too, or prune apart "
+                         "(dsz prune)")
+    calibration = None if args.prune else _calibration(args, model)
     executor = make_executor(args.cluster, args.workers, device)
+    split = None
     try:
         if not args.quiet and not isinstance(executor, Local):
             print(f"evaluating on {executor.description}", flush=True)
-        result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
-                          target_ratio=args.target_ratio, layers=args.layers, margin=args.margin,
-                          progress=not args.quiet, num_threads=args.num_threads, device=device, executor=executor,
-                          compensate=args.compensate, calibration=calibration)
+        if args.prune:
+            result, split = _compress_pruned(args, model, x, y, device, executor)
+        else:
+            result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
+                              target_ratio=args.target_ratio, layers=args.layers, margin=args.margin,
+                              progress=not args.quiet, num_threads=args.num_threads, device=device,
+                              executor=executor, compensate=args.compensate, calibration=calibration)
     finally:
         executor.close()
     write_atomic(args.output, result.dsz)
     if args.report:
-        write_report(result, args.report)
+        write_report(result, args.report, extra={"prune": vars(split)} if split else None)
     if not args.quiet:
         if result.metric_reason:
             print(f"metric: {result.metric.spec} ({result.metric_reason}; --metric chooses another)")
         for warning in result.warnings:
             print(f"warning: {warning}")
+        if split is not None:
+            for note in split.notes:
+                print(note)
+            print(split.line())
     print_result(result, args.quiet)
     print_device(result, args.quiet)
     if not args.quiet:
         print(f"wrote {args.output} ({len(result.dsz)} bytes); peak memory {peak_memory(len(model))}")
+
+
+def _compress_pruned(args, model: bytes, x, y, device: str, executor):
+    """dsz compress --prune auto: prune (retraining with --train, else one-shot) and compress under the one
+    --max-loss (pydsz.prune_compress)."""
+    from ..data import load_npz
+    from ..prune_compress import compress_pruned
+
+    if args.target_ratio is not None:
+        raise InputError("--prune auto splits --max-loss between pruning and bounds; --target-ratio has no loss "
+                         "budget to split")
+    if args.calibration is not None and args.compensate:
+        raise InputError("--prune auto calibrates one-shot pruning on --calibration; with --compensate give the "
+                         "steps apart (dsz prune, then dsz compress --compensate --calibration)")
+    train = load_npz(args.train) if args.train else None
+    calibration = _calibration_inputs(args, model) if args.calibration else None
+    return compress_pruned(model, x, y, args.max_loss, train=train, calibration=calibration, metric=args.metric,
+                           output=args.model_output, layers=args.layers, margin=args.margin, epochs=args.epochs,
+                           distill=args.distill, progress=not args.quiet, num_threads=args.num_threads,
+                           device=device, executor=executor, compensate=args.compensate)
+
+
+def _calibration_inputs(args, model_bytes: bytes):
+    """--calibration's inputs for one-shot pruning (an .npz or a directory of images, labels unused)."""
+    from ..data import load_data
+    from ..model import TFLiteModel
+
+    normalize = args.normalize if os.path.isdir(args.calibration) else None
+    return load_data(args.calibration, TFLiteModel(model_bytes), normalize=normalize)[0]
 
 
 def _prune_sparsity(text: str):
@@ -174,6 +214,14 @@ def add_commands(sub) -> None:
                    "images, mapped by --normalize; no labels needed), disjoint from --data; turns --compensate on. "
                    "--compensate without it takes the Hessians from --data: the compensation then fits the very "
                    "samples the loss is measured on, and a warning says so")
+    p.add_argument("--prune", choices=["auto"], default=None,
+                   help="auto: prune first, DeepSZ's whole pipeline under the one --max-loss, split between "
+                   "pruning (auto sparsity: the plan of the smallest file within its share) and the bounds, and "
+                   "say how it was split; retraining the FC tail with --train, one-shot (SparseGPT, the layers "
+                   "of --layers, calibrated on --calibration or --data) without")
+    p.add_argument("--train", metavar="NPZ", default=None,
+                   help="with --prune auto: the training .npz (x, y) the FC tail retrains on (top-1 only)")
+    add_retraining_arguments(p)
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, default=None,
@@ -201,8 +249,9 @@ def add_commands(sub) -> None:
     add_data_arguments(p, "validation .npz with arrays x and y (oneshot: labels optional, or a directory of images)")
     add_metric_arguments(p)
     p.add_argument("--sparsity", type=_prune_sparsity, required=True,
-                   help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (per layer, largest first, "
-                   "within --auto-budget), or n:m such as 2:4 (oneshot: n of every m consecutive inputs)")
+                   help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (the per-layer plan of the smallest "
+                   "predicted file within --auto-budget, measured on --data), or n:m such as 2:4 (oneshot: n of "
+                   "every m consecutive inputs)")
     p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
                    help="which layers to prune (default fc; conv and all need --method oneshot)")
     add_retraining_arguments(p)
