@@ -38,6 +38,7 @@ def to_dict(result: Result, extra: Optional[dict] = None) -> dict:
             "cpu_reason": result.cpu_reason, "evaluations": result.evaluations,
             "evaluations_per_second": result.evaluations_per_second, "compensated": result.compensated,
         },
+        "assessment": {"layers": result.assessment, "below_floor": result.below_floor},
         "warnings": result.warnings,
         "verification": result.attempts,
         "curves": {name: [p.as_dict() for p in points] for name, points in result.curves.items()},

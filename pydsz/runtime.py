@@ -98,13 +98,14 @@ def _interpreter(model, num_threads):
     return model if hasattr(model, "invoke") else make_interpreter(model, num_threads=num_threads)
 
 
-def fit_inputs(details, x, source: str = "x") -> list:
+def fit_inputs(details, x, source: str = "x", finite: bool = True) -> list:
     """x (one array, or several: a list in the model's input order, or a dict keyed x0, x1, ... or by
     the inputs' names: "key" of TFLiteModel.input_details where the details have it, else the
     tensor names) as one array per model input, each reshaped to the input's sample shape.
 
-    InputError, naming `source`, where the arrays do not fit the inputs: count, sample shape, or
-    values that the input's integer type cannot hold.
+    InputError, naming `source`, where the arrays do not fit the inputs: count, sample shape,
+    values that the input's integer type cannot hold, or (finite=True) a NaN or an infinity, naming
+    the array and the first sample that holds one.
     """
     names = [d.get("key", d["name"]) for d in details]
     if isinstance(x, Mapping):
@@ -122,7 +123,9 @@ def fit_inputs(details, x, source: str = "x") -> list:
             raise InputError(f"{source}: {len(arrays)} input array(s) for a model with {len(details)} inputs "
                              f"({', '.join(names)}): give x0, x1, ... or the inputs' names")
     fitted = []
-    for name, detail, a in zip(names, details, arrays):
+    labels = (names if isinstance(x, Mapping) and set(x) != {f"x{i}" for i in range(len(details))}
+              else ["x"] if len(details) == 1 else [f"x{i}" for i in range(len(details))])
+    for name, label, detail, a in zip(names, labels, details, arrays):
         what = source if len(details) == 1 else f"{source}: input {name}"
         a = np.asarray(a)
         sample_shape = tuple(int(d) for d in detail["shape"][1:])
@@ -142,11 +145,25 @@ def fit_inputs(details, x, source: str = "x") -> list:
             if a.min() < info.min or a.max() > info.max:
                 raise InputError(f"{what} goes to a {dtype} input ({info.min}..{info.max}) but "
                                  f"spans {a.min()}..{a.max()}")
+        if finite and a.dtype.kind == "f":
+            _check_finite(a, source, label)
         fitted.append(a.reshape((a.shape[0],) + sample_shape))
     if len({len(a) for a in fitted}) > 1:
         raise InputError(f"{source}: the input arrays hold different numbers of samples "
                          f"({', '.join(str(len(a)) for a in fitted)})")
     return fitted
+
+
+def _check_finite(a: np.ndarray, source: str, label: str) -> None:
+    """InputError naming the array and the first sample of `a` that holds a NaN or an infinity."""
+    bad = ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
+    if bad.any():
+        first = int(np.argmax(bad))
+        what = "NaN" if np.isnan(a[first]).any() else "an infinity"
+        others = int(bad.sum()) - 1
+        raise InputError(f"{source}: array '{label}', sample {first} holds {what}"
+                         + (f" ({others} other sample{'s' if others > 1 else ''} too)" if others else "")
+                         + ": give finite inputs")
 
 
 def _run_batches(interpreter, x, batch_size: int, read) -> list:
@@ -159,7 +176,7 @@ def _run_batches(interpreter, x, batch_size: int, read) -> list:
     output that does not hold a row per sample, e.g. behind a RESHAPE to [1, n]).
     """
     details = interpreter.get_input_details()
-    arrays = fit_inputs(details, x)
+    arrays = fit_inputs(details, x, finite=False)
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if any(len(d.get("shape_signature", ())) and d["shape_signature"][0] != -1 for d in details):
@@ -205,6 +222,12 @@ def _batch(model, budget: int) -> int:
     per_sample = sum(int(np.prod(t.shape[1:])) * (np.dtype(t.dtype).itemsize if t.dtype else 4)
                      for t in parsed.tensors if len(t.shape) and parsed.constant(t.index) is None)
     return max(1, min(DEFAULT_BATCH, budget // max(1, per_sample)))
+
+
+def batch_size(model) -> int:
+    """The batch outputs() runs a model (bytes or TFLiteModel) in: as many samples as keep its
+    non-constant tensors within BATCH_BYTES."""
+    return _batch(model, BATCH_BYTES)
 
 
 def outputs(model, x, keys, batch_size: Optional[int] = None, num_threads: Optional[int] = None) -> dict:
@@ -259,27 +282,71 @@ def accuracy(model, x, y, batch_size: int = DEFAULT_BATCH, num_threads: Optional
     return top1(predict(model, x, batch_size=batch_size, num_threads=num_threads), y)
 
 
+def tensors(model, x, batch_size: Optional[int] = None, num_threads: Optional[int] = None) -> list:
+    """Every output of the model (bytes) for every sample of x, in the graph's output order, each
+    written batch by batch into one array from pydsz.cache (memory-mapped where the user's limit says
+    so): how activations to keep are computed. batch_size: as outputs() chooses it."""
+    from . import cache
+
+    if batch_size is None:
+        batch_size = _batch(model, BATCH_BYTES)
+    interpreter = make_interpreter(model, num_threads=num_threads)
+    details = interpreter.get_output_details()
+    n = len(fit_inputs(interpreter.get_input_details(), x, finite=False)[0])
+    out: list = []
+    filled = 0
+
+    def read(it):
+        nonlocal filled
+        values = [it.get_tensor(d["index"]) for d in details]
+        rows = it.get_input_details()[0]["shape"][0]
+        if any(v.ndim == 0 or v.shape[0] != rows for v in values):
+            return values  # _run_batches retries one sample at a time, then says what is wrong
+        if not out:
+            out.extend(cache.empty((n, *v.shape[1:]), v.dtype) for v in values)
+        for array, v in zip(out, values):
+            array[filled:filled + rows] = v
+        filled += rows
+        return []
+
+    _run_batches(interpreter, x, batch_size, read)
+    return out
+
+
 def capture(model, x, tensor_index: int, batch_size: Optional[int] = None,
             num_threads: Optional[int] = None) -> np.ndarray:
     """The values of tensor `tensor_index` for every sample of x (e.g. the input of the first FC layer).
 
-    model: bytes or TFLiteModel; the interpreter is built with all tensors preserved, since
-    intermediates are otherwise unreliable. The result is written batch by batch into one array
-    from pydsz.cache (memory-mapped where the user's limit says so), never held twice. batch_size:
-    by default as many samples (up to DEFAULT_BATCH) as keep the preserved tensors within
-    CAPTURE_BYTES; a sample's values do not depend on the batch it runs in.
+    model: bytes or TFLiteModel. The model is cut after the op that computes the tensor
+    (pydsz.cut), which then is its output: only the ops it needs run, in the interpreter's usual
+    memory. A model that cannot be cut runs whole with all tensors preserved (intermediates are
+    otherwise unreliable), its batches then within CAPTURE_BYTES of preserved tensors. The result is
+    written batch by batch into one array from pydsz.cache (memory-mapped where the user's limit
+    says so), never held twice; a sample's values do not depend on the batch it runs in.
     """
-    from . import cache
+    from . import cut
+    from .model import TFLiteModel
 
     if hasattr(model, "invoke"):
         raise InputError("capture needs the model's bytes, not an interpreter: it must preserve all tensors")
+    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
+    if not 0 <= tensor_index < len(parsed.tensors):
+        raise InputError(f"tensor {tensor_index} out of range: the model has {len(parsed.tensors)} tensors")
+    graph = cut.Graph(parsed)
+    if graph.reason is None and tensor_index in graph.producer and graph.per_sample(tensor_index):
+        segment = graph.segment(range(graph.producer[tensor_index] + 1), set(parsed.inputs), [tensor_index])
+        return tensors(cut.model_bytes(parsed, segment), x, batch_size, num_threads)[0]
+    return _capture_preserved(parsed.data, x, tensor_index, batch_size, num_threads)
+
+
+def _capture_preserved(model: bytes, x, tensor_index: int, batch_size: Optional[int],
+                       num_threads: Optional[int]) -> np.ndarray:
+    from . import cache
+
     if batch_size is None:
         batch_size = _batch(model, CAPTURE_BYTES)
     interpreter = make_interpreter(model, num_threads=num_threads, preserve_all_tensors=True)
-    n_tensors = len(interpreter.get_tensor_details())
-    if not 0 <= tensor_index < n_tensors:
-        raise InputError(f"tensor {tensor_index} out of range: the model has {n_tensors} tensors")
-    n = len(fit_inputs(interpreter.get_input_details(), x)[0])
+    n = len(fit_inputs(interpreter.get_input_details(), x, finite=False)[0])
     out, filled = None, 0
 
     def read(it):
