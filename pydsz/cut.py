@@ -57,13 +57,18 @@ class Segment:
 
 class Graph:
     """What cutting a model needs to know about its main graph: who produces and who reads each
-    tensor, which are constants or computed from constants alone, which hold one row per sample."""
+    tensor, which are constants or computed from constants alone, which hold one row per sample
+    (`rows`, as runtime.row_tensors finds them; without it, a dynamic batch's -1 in the shape signature
+    says so, and for a model of a fixed batch of 1 a first axis of 1)."""
 
-    def __init__(self, model: TFLiteModel):
-        self.model = model
+    def __init__(self, model: TFLiteModel, rows: Optional[set] = None):
+        self.model, self.rows = model, rows
         self.reason = _uncuttable(model)
         self.producer = {t: op.index for op in model.ops for t in op.outputs if t >= 0}
-        self.constant = {t.index for t in model.tensors if model.constant(t.index) is not None}
+        # a tensor no op writes that is no graph input is a constant, even without bytes (an empty shape)
+        self.constant = {t.index for t in model.tensors
+                         if model.constant(t.index) is not None or (t.index not in self.producer
+                                                                    and t.index not in model.inputs)}
         self.static: set = set()  # computed from constants alone
         for op in model.ops:
             reads = [t for t in op.inputs if t >= 0]
@@ -77,6 +82,8 @@ class Graph:
         tensor = self.model.tensors[t]
         if t in self.model.inputs:
             return True
+        if self.rows is not None:
+            return t in self.rows
         if self.dynamic:
             return len(tensor.shape_signature) >= 1 and tensor.shape_signature[0] == -1
         return len(tensor.shape) >= 2 and tensor.shape[0] == 1
@@ -191,7 +198,7 @@ def _target(data: bytes, field: int) -> int:
 def head(model: TFLiteModel, segment: Segment) -> tuple[int, bytes]:
     """(the new root offset, the bytes that, placed between model.data's 8-byte header and its rest,
     make the segment's .tflite: see the module's docstring); their length is a multiple of ALIGN."""
-    size = len(_build(model, segment, 0)[1])
+    size = len(_build(model, segment, 1 << 30)[1])  # any shift larger than the head: the layout is the same
     shift = -(-size // ALIGN) * ALIGN
     root, body = _build(model, segment, shift)
     return root, body + bytes(shift - len(body))

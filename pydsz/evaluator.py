@@ -213,7 +213,7 @@ class Evaluator:
         if not self.use_cut or not names:
             return "whole"
         if self._graph is None:
-            self._graph = cut.Graph(self.model)
+            self._graph = cut.Graph(self.model, runtime.row_tensors(self.bytes, [a[:2] for a in self.x]))
         if self._graph.reason is not None:
             return "whole"
         start = min(self.cut_of(n) for n in names)

@@ -133,6 +133,10 @@ def fit_inputs(details, x, source: str = "x", finite: bool = True) -> list:
             raise InputError(f"{what} needs at least one sample along the first axis, got shape {a.shape}")
         if a.dtype.kind not in "biuf":
             raise InputError(f"{what} must be numeric, got {a.dtype}")
+        signature = tuple(detail.get("shape_signature", ()))[1:]
+        if len(signature) == len(sample_shape) == a.ndim - 1 and any(d == -1 for d in signature) and all(
+                d in (-1, have) for d, have in zip(signature, a.shape[1:])):
+            sample_shape = tuple(a.shape[1:])  # a dynamic shape (a tensor fed across a cut): the array's own
         have, need = int(np.prod(a.shape[1:], dtype=np.int64)), int(np.prod(sample_shape, dtype=np.int64))
         if have != need:
             raise InputError(f"{what} has samples of shape {a.shape[1:]} ({have} values) "
@@ -311,6 +315,36 @@ def tensors(model, x, batch_size: Optional[int] = None, num_threads: Optional[in
 
     _run_batches(interpreter, x, batch_size, read)
     return out
+
+
+def row_tensors(model, x) -> Optional[set]:
+    """The tensors of the main graph that hold one row per sample: those whose first axis is the
+    batch when the model runs one sample and two (x's first two samples), on the builtin kernels with
+    every tensor kept (shapes only are read). None where the model does not run two samples at once."""
+    arrays = fit_inputs(make_interpreter(model).get_input_details(), x, finite=False)
+    content = bytes(getattr(model, "data", model))
+    cls = interpreter_class()
+    shapes = []
+    for rows in (1, 2):
+        if len(arrays[0]) < rows:
+            return None
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*preserve_all_tensors", category=UserWarning)
+                it = cls(model_content=content, experimental_preserve_all_tensors=True,
+                         experimental_op_resolver_type=sys.modules[cls.__module__].OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+            details = it.get_input_details()
+            for d, a in zip(details, arrays):
+                it.resize_tensor_input(d["index"], [rows, *a.shape[1:]])
+            it.allocate_tensors()
+            for d, a in zip(details, arrays):
+                it.set_tensor(d["index"], np.ascontiguousarray(a[:rows], dtype=d["dtype"]))
+            it.invoke()
+        except (RuntimeError, ValueError):
+            return None
+        shapes.append({d["index"]: tuple(d["shape"]) for d in it.get_tensor_details()})
+    return {t for t, shape in shapes[1].items()
+            if len(shape) >= 1 and shape[0] == 2 and len(shapes[0].get(t, ())) >= 1 and shapes[0][t][0] == 1}
 
 
 def capture(model, x, tensor_index: int, batch_size: Optional[int] = None,

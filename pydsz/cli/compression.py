@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 
 from ..errors import InputError
-from .options import (add_cache_argument, add_data_arguments, add_device_argument, add_metric_arguments,
-                      add_output_arguments, add_retraining_arguments, data_for, load_tflite, metrics_names, peak_memory,
+from .options import (add_cache_argument, add_data_arguments, add_device_argument, add_layer_arguments,
+                      add_metric_arguments, add_output_arguments, add_retraining_arguments, data_for, load_tflite, metrics_names, peak_memory,
                       print_device, print_result, resolve_device, sparsity)
 
 
@@ -40,7 +40,8 @@ def cmd_compress(args) -> None:
         if not args.quiet and not isinstance(executor, Local):
             print(f"evaluating on {executor.description}", flush=True)
         result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
-                          target_ratio=args.target_ratio, layers=args.layers, margin=args.margin,
+                          target_ratio=args.target_ratio, layers=args.layers, min_layer_bytes=args.min_layer_bytes,
+                          margin=args.margin,
                           progress=not args.quiet, num_threads=args.num_threads, device=device, executor=executor,
                           compensate=args.compensate, calibration=calibration)
     finally:
@@ -156,8 +157,7 @@ def add_commands(sub) -> None:
                    "psnr: the lowest PSNR in dB (default 40)")
     p.add_argument("--target-ratio", type=float, default=None,
                    help="instead: the least loss with the layers compressed by this ratio")
-    p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
-                   help="which layers' weights to compress (default: fc, as in DeepSZ)")
+    add_layer_arguments(p)
     p.add_argument("--margin", type=float, default=1.0,
                    help="standard deviations of the data's noise kept in hand when choosing bounds "
                    "(default 1; 0 trusts the measured losses as they are and overfits the data)")

@@ -155,6 +155,28 @@ def add_data_arguments(p, data_help: str) -> None:
                    help="for a directory of images and a float input: map the pixels' 0..255 onto this range")
 
 
+def layers(text: str) -> str:
+    """--layers: fc, conv, all, layer names (fc3, conv12,conv13), or kinds and names together."""
+    from ..selection import parse
+
+    try:
+        parse(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_layer_arguments(p) -> None:
+    from ..selection import MIN_LAYER_BYTES
+
+    p.add_argument("--layers", type=layers, default="fc", metavar="fc|conv|all|NAMES",
+                   help="which layers' weights to compress: fc (default, as in DeepSZ), conv, all, or layer names "
+                   "such as fc3 or conv12,conv13 (dsz info lists them)")
+    p.add_argument("--min-layer-bytes", type=int, default=MIN_LAYER_BYTES, metavar="N",
+                   help=f"leave out layers of fewer bytes, chosen by kind (default {MIN_LAYER_BYTES}: a stream's own "
+                   "headers take about what a smaller layer could save); named layers are kept whatever their size")
+
+
 def add_metric_arguments(p) -> None:
     p.add_argument("--metric", default=None,
                    help="what the loss is measured in (default: top1 with labels, expected-top1 without, for classifiers; "
