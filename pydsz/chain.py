@@ -27,7 +27,7 @@ class Chain:
                  num_threads: Optional[int] = None, batch_size: Optional[int] = None):
         self.model, self.graph, self.x, self.num_threads = model, graph, x, num_threads
         # the whole model's batch (runtime.batch_size): a segment's tensors are some of the whole's
-        self.batch_size = batch_size or runtime.batch_size(model)
+        self.batch_size = batch_size or runtime.batch_size(model, x)
         self.starts = sorted(set(starts))
         self.tails = {s: graph.tail(s) for s in self.starts}
         self._at: Optional[int] = None  # the cut whose tensors are held, None: the inputs

@@ -58,7 +58,7 @@ class Segment:
 class Graph:
     """What cutting a model needs to know about its main graph: who produces and who reads each
     tensor, which are constants or computed from constants alone, which hold one row per sample
-    (`rows`, as runtime.row_tensors finds them; without it, a dynamic batch's -1 in the shape signature
+    (`rows`, as runtime.probe finds them; without it, a dynamic batch's -1 in the shape signature
     says so, and for a model of a fixed batch of 1 a first axis of 1)."""
 
     def __init__(self, model: TFLiteModel, rows: Optional[set] = None):

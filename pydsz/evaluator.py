@@ -99,7 +99,8 @@ class Evaluator:
         self.metric = metrics.get(metric)
         self.num_threads = num_threads
         self.keys = [d["key"] for d in self.model.output_details()]
-        self.batch = runtime.batch_size(self.model)
+        self.probe = runtime.probe(self.model, self.x)
+        self.batch = max(1, min(runtime.DEFAULT_BATCH, runtime.BATCH_BYTES // max(1, self.probe.sample_bytes)))
         start = time.perf_counter()
         self.outputs = runtime.outputs(self.bytes, self.x, self.keys, batch_size=self.batch,
                                        num_threads=num_threads)  # the original's, once
@@ -168,6 +169,12 @@ class Evaluator:
                 else as_weight(decode(stream, dense), shape)
                 for name, (stream, dense, shape) in streams.items()}
 
+    def footprint(self) -> dict:
+        """What evaluating holds beside the model's copies (pydsz.footprint): the data, one batch's
+        tensors, the outputs."""
+        return {"data": sum(a.nbytes for a in self.x), "batch_bytes": self.batch * self.probe.sample_bytes,
+                "outputs": sum(np.asarray(v).nbytes for v in self.outputs.values())}
+
     @property
     def samples(self) -> int:
         return len(next(iter(self.outputs.values())))
@@ -213,7 +220,7 @@ class Evaluator:
         if not self.use_cut or not names:
             return "whole"
         if self._graph is None:
-            self._graph = cut.Graph(self.model, runtime.row_tensors(self.bytes, [a[:2] for a in self.x]))
+            self._graph = cut.Graph(self.model, self.probe.rows)
         if self._graph.reason is not None:
             return "whole"
         start = min(self.cut_of(n) for n in names)

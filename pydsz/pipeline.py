@@ -77,6 +77,7 @@ class Result:
     # per layer: how it was assessed (pydsz.plan.Assessment.layers), and the layers the size floor left out
     assessment: dict = field(default_factory=dict)
     below_floor: list[str] = field(default_factory=list)
+    memory: dict = field(default_factory=dict)  # what evaluating held (Evaluator.footprint)
 
     @property
     def fc_original_bytes(self) -> int:
@@ -257,6 +258,7 @@ def compress(
         evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
         compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
         assessment=assessment.layers, below_floor=selection.below_floor(model, layers, min_layer_bytes),
+        memory=evaluator.footprint(),
     )
 
 

@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from typing import Mapping, Optional
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from .errors import DszError, InputError
 
 __all__ = ["RUNTIMES", "interpreter_class", "make_interpreter", "predict", "outputs", "fit_inputs", "accuracy",
-           "capture"]
+           "capture", "tensors", "probe", "batch_size"]
 
 RUNTIMES = {
     "litert": ("ai_edge_litert.interpreter", "Interpreter"),
@@ -216,22 +217,81 @@ def _run_batches(interpreter, x, batch_size: int, read) -> list:
     return results
 
 
-def _batch(model, budget: int) -> int:
+def _batch(model, budget: int, x=None) -> int:
     """As many samples (up to DEFAULT_BATCH) as keep a batch's non-constant tensors within `budget`
-    bytes. A sample's values do not depend on the batch it runs in beyond float rounding (some
-    runtimes' kernels round differently by batch): a comparison runs both sides with the same rule."""
-    from .model import TFLiteModel
-
-    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
-    per_sample = sum(int(np.prod(t.shape[1:])) * (np.dtype(t.dtype).itemsize if t.dtype else 4)
-                     for t in parsed.tensors if len(t.shape) and parsed.constant(t.index) is None)
+    bytes: their sizes as one sample of x makes them (probe), else as the model declares them (a
+    dynamic shape then counts 1 along its free axes: BirdNET's declare 5 MB a sample and take 112).
+    A sample's values do not depend on the batch it runs in beyond float rounding (some runtimes'
+    kernels round differently by batch): a comparison runs both sides with the same rule."""
+    per_sample = probe(model, x, samples=1).sample_bytes if x is not None else _declared_bytes(model)
     return max(1, min(DEFAULT_BATCH, budget // max(1, per_sample)))
 
 
-def batch_size(model) -> int:
+def _declared_bytes(model) -> int:
+    from .model import TFLiteModel
+
+    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
+    return sum(int(np.prod(t.shape[1:])) * (np.dtype(t.dtype).itemsize if t.dtype else 4)
+               for t in parsed.tensors if len(t.shape) and parsed.constant(t.index) is None)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What running one and two samples says about a model's tensors: the bytes one sample's
+    non-constant tensors take (all of them at once: what the batch is sized by), and which tensors
+    hold one row per sample (None where the model does not run two samples at once)."""
+
+    sample_bytes: int
+    rows: Optional[frozenset]
+    tensors: Optional[dict] = None  # tensor index -> its bytes for one sample (None: declared shapes only)
+
+
+def probe(model, x, samples: int = 2) -> Probe:
+    """Run x's first sample (and, samples=2, its first two) on the builtin kernels with every tensor
+    kept, and read the tensors' shapes. A model the probe cannot run is described by its declared
+    shapes (rows None)."""
+    from .model import TFLiteModel
+
+    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
+    cls = interpreter_class()
+    resolver = sys.modules[cls.__module__].OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    shapes = []
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*preserve_all_tensors", category=UserWarning)
+            it = cls(model_content=parsed.data, experimental_preserve_all_tensors=True,
+                     experimental_op_resolver_type=resolver)
+        details = it.get_input_details()
+        arrays = fit_inputs(details, x, finite=False)
+        for rows in range(1, samples + 1):
+            if len(arrays[0]) < rows:
+                break
+            for d, a in zip(details, arrays):
+                it.resize_tensor_input(d["index"], [rows, *a.shape[1:]])
+            it.allocate_tensors()
+            for d, a in zip(details, arrays):
+                it.set_tensor(d["index"], np.ascontiguousarray(a[:rows], dtype=d["dtype"]))
+            it.invoke()
+            shapes.append({d["index"]: (tuple(int(v) for v in d["shape"]), np.dtype(d["dtype"]).itemsize)
+                           for d in it.get_tensor_details() if d["index"] < len(parsed.tensors)})
+    except (RuntimeError, ValueError):
+        pass
+    if not shapes:
+        return Probe(_declared_bytes(parsed), None)
+    one = shapes[0]
+    sizes = {t: int(np.prod(shape)) * size for t, (shape, size) in one.items() if parsed.constant(t) is None}
+    per_sample = sum(sizes.values())
+    rows = None
+    if len(shapes) > 1:
+        rows = frozenset(t for t, (shape, _) in shapes[1].items() if len(shape) >= 1 and shape[0] == 2
+                         and len(one.get(t, ((),))[0]) >= 1 and one[t][0][0] == 1)
+    return Probe(per_sample, rows, sizes)
+
+
+def batch_size(model, x=None) -> int:
     """The batch outputs() runs a model (bytes or TFLiteModel) in: as many samples as keep its
-    non-constant tensors within BATCH_BYTES."""
-    return _batch(model, BATCH_BYTES)
+    non-constant tensors within BATCH_BYTES (their sizes on x's first sample, where x is given)."""
+    return _batch(model, BATCH_BYTES, x)
 
 
 def outputs(model, x, keys, batch_size: Optional[int] = None, num_threads: Optional[int] = None) -> dict:
@@ -239,7 +299,7 @@ def outputs(model, x, keys, batch_size: Optional[int] = None, num_threads: Optio
     outputs in order (TFLiteModel.output_details()'s "key"). batch_size: by default as many samples
     as keep the batch's tensors within BATCH_BYTES (an interpreter given: DEFAULT_BATCH)."""
     if batch_size is None:
-        batch_size = DEFAULT_BATCH if hasattr(model, "invoke") else _batch(model, BATCH_BYTES)
+        batch_size = DEFAULT_BATCH if hasattr(model, "invoke") else _batch(model, BATCH_BYTES, x)
     interpreter = _interpreter(model, num_threads)
     details = interpreter.get_output_details()
     if len(keys) != len(details):
@@ -293,7 +353,7 @@ def tensors(model, x, batch_size: Optional[int] = None, num_threads: Optional[in
     from . import cache
 
     if batch_size is None:
-        batch_size = _batch(model, BATCH_BYTES)
+        batch_size = _batch(model, BATCH_BYTES, x)
     interpreter = make_interpreter(model, num_threads=num_threads)
     details = interpreter.get_output_details()
     n = len(fit_inputs(interpreter.get_input_details(), x, finite=False)[0])
@@ -315,36 +375,6 @@ def tensors(model, x, batch_size: Optional[int] = None, num_threads: Optional[in
 
     _run_batches(interpreter, x, batch_size, read)
     return out
-
-
-def row_tensors(model, x) -> Optional[set]:
-    """The tensors of the main graph that hold one row per sample: those whose first axis is the
-    batch when the model runs one sample and two (x's first two samples), on the builtin kernels with
-    every tensor kept (shapes only are read). None where the model does not run two samples at once."""
-    arrays = fit_inputs(make_interpreter(model).get_input_details(), x, finite=False)
-    content = bytes(getattr(model, "data", model))
-    cls = interpreter_class()
-    shapes = []
-    for rows in (1, 2):
-        if len(arrays[0]) < rows:
-            return None
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*preserve_all_tensors", category=UserWarning)
-                it = cls(model_content=content, experimental_preserve_all_tensors=True,
-                         experimental_op_resolver_type=sys.modules[cls.__module__].OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-            details = it.get_input_details()
-            for d, a in zip(details, arrays):
-                it.resize_tensor_input(d["index"], [rows, *a.shape[1:]])
-            it.allocate_tensors()
-            for d, a in zip(details, arrays):
-                it.set_tensor(d["index"], np.ascontiguousarray(a[:rows], dtype=d["dtype"]))
-            it.invoke()
-        except (RuntimeError, ValueError):
-            return None
-        shapes.append({d["index"]: tuple(d["shape"]) for d in it.get_tensor_details()})
-    return {t for t, shape in shapes[1].items()
-            if len(shape) >= 1 and shape[0] == 2 and len(shapes[0].get(t, ())) >= 1 and shapes[0][t][0] == 1}
 
 
 def capture(model, x, tensor_index: int, batch_size: Optional[int] = None,
@@ -378,7 +408,7 @@ def _capture_preserved(model: bytes, x, tensor_index: int, batch_size: Optional[
     from . import cache
 
     if batch_size is None:
-        batch_size = _batch(model, CAPTURE_BYTES)
+        batch_size = _batch(model, CAPTURE_BYTES, x)
     interpreter = make_interpreter(model, num_threads=num_threads, preserve_all_tensors=True)
     n = len(fit_inputs(interpreter.get_input_details(), x, finite=False)[0])
     out, filled = None, 0

@@ -24,12 +24,13 @@ def _calibration(args, model_bytes: bytes):
 
 
 def cmd_compress(args) -> None:
-    from .. import cache
+    from .. import cache, footprint
     from ..container import write_atomic
     from ..executor import Local, make as make_executor
     from ..pipeline import compress
     from ..report import write_report
 
+    process = footprint.resident() or 0
     cache.set_limit(args.max_cache_memory)
     device = resolve_device(args)
     model = load_tflite(args.model)
@@ -57,7 +58,8 @@ def cmd_compress(args) -> None:
     print_result(result, args.quiet)
     print_device(result, args.quiet)
     if not args.quiet:
-        print(f"wrote {args.output} ({len(result.dsz)} bytes); peak memory {peak_memory(len(model))}")
+        print(f"wrote {args.output} ({len(result.dsz)} bytes); peak memory "
+              f"{peak_memory(process, len(model), result.memory)}")
 
 
 def _prune_sparsity(text: str):
@@ -69,15 +71,17 @@ def _prune_sparsity(text: str):
 
 
 def cmd_prune(args) -> None:
-    from .. import cache
+    from .. import cache, footprint
     from ..container import write_atomic
     from ..data import load_npz
     from ..gptq import hessian_note
     from ..oneshot import prune_model as prune_oneshot
     from ..prune import prune_model
 
+    process = footprint.resident() or 0
     cache.set_limit(args.max_cache_memory)
     model = load_tflite(args.model)
+    memory, extra = {"data": 0, "batch_bytes": 0, "outputs": 0}, {}
     if args.method == "oneshot":
         from ..data import load_data
         from ..model import TFLiteModel
@@ -86,6 +90,7 @@ def cmd_prune(args) -> None:
         val = data_for(args, model)
         calibration = (load_data(args.train, TFLiteModel(model), normalize=args.normalize)[0] if args.train
                        else val[0])
+        memory, extra = _oneshot_memory(model, calibration, val[0], args.layers)
         kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
         result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds, auto_budget=args.auto_budget,
                                metric=args.metric, output=args.model_output, progress=not args.quiet,
@@ -118,7 +123,37 @@ def cmd_prune(args) -> None:
             print(note)
         if result.top1_before is not None:
             print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
-        print(f"wrote {args.output}; peak memory {peak_memory(len(model))}")
+        print(f"wrote {args.output}; peak memory {peak_memory(process, len(model), memory, extra)}")
+
+
+def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, dict]:
+    """What one-shot pruning holds (pydsz.footprint); and, before any work, a model whose outputs on the
+    calibration inputs are not finite is refused (inputs that are not are, when they are loaded). The
+    Hessians' part: the largest layer's H (three float64 copies) and its inputs captured for one
+    chunk of samples, float32 and the float64 copy they are summed in."""
+    from .. import runtime
+    from ..data import check_outputs
+    from ..gptq import CHUNK, hessian_bytes, selectable
+    from ..model import TFLiteModel
+
+    parsed = TFLiteModel(model)
+    val = runtime.fit_inputs(parsed.input_details(), val, finite=False)
+    calibration = runtime.fit_inputs(parsed.input_details(), calibration, finite=False)
+    probe = runtime.probe(parsed, calibration)
+    batch = runtime.batch_size(parsed, calibration)
+    keys = [d["key"] for d in parsed.output_details()]
+    outputs = runtime.outputs(model, calibration, keys, batch_size=batch)  # what the Hessians are built from
+    check_outputs(outputs)
+    kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[layers]
+    chosen = selectable(parsed, kinds)
+    n = min(CHUNK, len(calibration[0]))
+    rows = max((probe.tensors or {}).get(layer.input, 0) for layer in chosen) if chosen else 0
+    memory = {"data": sum(a.nbytes for a in calibration) + sum(a.nbytes for a in val),
+              "batch_bytes": batch * probe.sample_bytes,
+              "outputs": sum(v.nbytes for v in outputs.values())}
+    extra = {"Hessian": max((hessian_bytes(layer) for layer in chosen), default=0),
+             "captured layer inputs (float32 + float64)": 3 * n * rows}
+    return memory, extra
 
 
 def cmd_demo(args) -> None:

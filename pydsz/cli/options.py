@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Optional
 
 from ..errors import InputError
 
@@ -70,11 +71,13 @@ def sparsity(text: str):
 
 
 def print_result(result, quiet: bool) -> None:
-    from ..report import layer_table, totals_line
+    from ..report import assessment_line, layer_table, totals_line
 
     if not quiet:
         print(layer_table(result))
         print(totals_line(result))
+        if getattr(result, "assessment", None):
+            print(assessment_line(result))
 
 
 def resolve_device(args) -> str:
@@ -92,20 +95,13 @@ def print_device(result, quiet: bool) -> None:
         print(f"the assessment ran on the CPU: {result.cpu_reason}")
 
 
-def peak_memory(model_bytes: int) -> str:
-    """This process's peak resident memory so far, for the summary of a long command, beside what
-    it is meant to stay within: 3x the model plus the cached activations (doc/results.md, large models)."""
-    from .. import cache
+def peak_memory(process: int, model_bytes: int, memory: dict, extra: Optional[dict] = None) -> str:
+    """This process's peak resident memory so far beside what it is meant to stay within
+    (pydsz.footprint): `memory` is Evaluator.footprint()'s parts, `extra` any further ones."""
+    from .. import cache, footprint
 
-    mib = 1 << 20
-    bound = f"within 3 x the model ({model_bytes / mib:.0f} MiB) + cached activations ({cache.peak() / mib:.0f} MiB) " \
-            f"= {(3 * model_bytes + cache.peak()) / mib:.0f} MiB"
-    try:
-        import resource
-    except ImportError:  # not on every platform
-        return f"unknown (meant to stay {bound})"
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return f"{kib / 1024:.0f} MiB (meant to stay {bound})"
+    parts = footprint.interpreter_path(process, model=model_bytes, cached=cache.peak(), **memory)
+    return footprint.line({**parts, **(extra or {})})
 
 
 def add_retraining_arguments(p) -> None:
