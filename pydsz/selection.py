@@ -38,7 +38,7 @@ def container_kind(spec: str) -> str:
 
 
 def _summary(layers: list) -> str:
-    """Layers as people read a long list: fc1, fc2, conv1..conv77 (runs of one kind collapsed)."""
+    """Layers as people read a long list: fc1, fc2, conv1..conv77 (runs of three or more collapsed)."""
     runs: list = []
     for layer in layers:
         kind, number = layer.name.rstrip("0123456789"), layer.name[len(layer.name.rstrip("0123456789")):]
@@ -47,7 +47,12 @@ def _summary(layers: list) -> str:
         else:
             runs.append([kind, int(number) if number.isdigit() else 0, int(number) if number.isdigit() else 0,
                          layer.name])
-    parts = [r[3] if r[1] == r[2] else f"{r[0]}{r[1]}..{r[0]}{r[2]}" for r in runs]
+    parts = []
+    for kind, first, last, name in runs:
+        if last - first >= 2:
+            parts.append(f"{kind}{first}..{kind}{last}")
+        else:
+            parts.extend(name if first == last else f"{kind}{k}" for k in range(first, last + 1))
     return ", ".join(parts)
 
 
