@@ -143,9 +143,10 @@ def assess(evaluator: Evaluator, names: Sequence[str], budget: float, progress: 
         for point in run.add(args, result):
             if on_point:
                 on_point(point)
-        bar.total = run.estimate()
-        bar.set_postfix_str(run.left(), refresh=False)
-        bar.update()
+        if args[1] > 0:  # an evaluation (bound 0 is sized, not evaluated)
+            bar.total = max(run.estimate(), bar.n + 1)
+            bar.set_postfix_str(run.left(), refresh=False)
+            bar.update()
 
     try:
         executor.stream(measure_task, task, done)

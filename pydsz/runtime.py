@@ -99,6 +99,27 @@ def _interpreter(model, num_threads):
     return model if hasattr(model, "invoke") else make_interpreter(model, num_threads=num_threads)
 
 
+_LIBC = None
+
+
+def _trim() -> None:
+    """Hand the heap's free memory back to the system (glibc's malloc_trim). glibc keeps a freed
+    interpreter's tensors (a batch's: tens of MiB) and the next interpreter's come on top; the
+    candidates' interpreters follow one another, so without this the process grows by one batch's
+    tensors beyond what pydsz.footprint counts."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018  (musl and others have none)
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
 def fit_inputs(details, x, source: str = "x", finite: bool = True) -> list:
     """x (one array, or several: a list in the model's input order, or a dict keyed x0, x1, ... or by
     the inputs' names: "key" of TFLiteModel.input_details where the details have it, else the
@@ -255,7 +276,7 @@ def probe(model, x, samples: int = 2) -> Probe:
     parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
     cls = interpreter_class()
     resolver = sys.modules[cls.__module__].OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    shapes = []
+    shapes, it = [], None
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*preserve_all_tensors", category=UserWarning)
@@ -276,6 +297,8 @@ def probe(model, x, samples: int = 2) -> Probe:
                            for d in it.get_tensor_details() if d["index"] < len(parsed.tensors)})
     except (RuntimeError, ValueError):
         pass
+    it = None
+    _trim()
     if not shapes:
         return Probe(_declared_bytes(parsed), None)
     one = shapes[0]
@@ -305,6 +328,9 @@ def outputs(model, x, keys, batch_size: Optional[int] = None, num_threads: Optio
     if len(keys) != len(details):
         raise InputError(f"{len(keys)} output names for a model of {len(details)} outputs")
     parts = _run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(d["index"]).copy() for d in details])
+    if interpreter is not model:
+        del interpreter
+        _trim()
     return {key: np.concatenate([p[i] for p in parts], axis=0) for i, key in enumerate(keys)}
 
 
@@ -374,6 +400,8 @@ def tensors(model, x, batch_size: Optional[int] = None, num_threads: Optional[in
         return []
 
     _run_batches(interpreter, x, batch_size, read)
+    del interpreter
+    _trim()
     return out
 
 
@@ -426,4 +454,6 @@ def _capture_preserved(model: bytes, x, tensor_index: int, batch_size: Optional[
         return []  # the values are in out, their batch axis checked above
 
     _run_batches(interpreter, x, batch_size, read)
+    del interpreter
+    _trim()
     return out

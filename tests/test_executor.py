@@ -46,6 +46,21 @@ def test_a_local_dask_cluster_gives_the_same_points_bounds_and_bytes(val, local)
         cluster.close()
 
 
+def test_cuts_fitted_plans_and_their_refinement_give_the_same_bytes_on_dask(val):
+    """output-error on every layer of LeNet-5: candidates run from their cuts (each worker computing
+    the chain itself), Fitted plans, refined by the allocation: the same points, bounds and bytes."""
+    data = bundled("lenet5.tflite").read_bytes()
+    x = val[0][:300]
+    here = pipeline.compress(data, x, None, 0.01, metric="output-error", layers="all")
+    cluster = executor.Dask(workers=2)
+    try:
+        there = pipeline.compress(data, x, None, 0.01, metric="output-error", layers="all", executor=cluster)
+    finally:
+        cluster.close()
+    _same(here, there)
+    assert {info["plan"] for info in here.assessment.values()} <= {"fitted", "group"}
+
+
 class Top1KillingAWorkerOnce(metrics.Top1):
     """top-1; but the first worker process to compute it dies on the spot (never the test's own
     process), as a machine of a cluster may."""

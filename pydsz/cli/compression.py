@@ -30,7 +30,7 @@ def cmd_compress(args) -> None:
     from ..pipeline import compress
     from ..report import write_report
 
-    process = footprint.resident() or 0
+    process = footprint.process()
     cache.set_limit(args.max_cache_memory)
     device = resolve_device(args)
     model = load_tflite(args.model)
@@ -78,7 +78,7 @@ def cmd_prune(args) -> None:
     from ..oneshot import prune_model as prune_oneshot
     from ..prune import prune_model
 
-    process = footprint.resident() or 0
+    process = footprint.process()
     cache.set_limit(args.max_cache_memory)
     model = load_tflite(args.model)
     memory, extra = {"data": 0, "batch_bytes": 0, "outputs": 0}, {}

@@ -95,7 +95,7 @@ def print_device(result, quiet: bool) -> None:
         print(f"the assessment ran on the CPU: {result.cpu_reason}")
 
 
-def peak_memory(process: int, model_bytes: int, memory: dict, extra: Optional[dict] = None) -> str:
+def peak_memory(process: dict, model_bytes: int, memory: dict, extra: Optional[dict] = None) -> str:
     """This process's peak resident memory so far beside what it is meant to stay within
     (pydsz.footprint): `memory` is Evaluator.footprint()'s parts, `extra` any further ones."""
     from .. import cache, footprint
