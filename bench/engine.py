@@ -5,7 +5,8 @@ what size and loss? The same command, this tree's code and a base commit's, in o
                            [--cache DIR] [--max-loss 0.01] [--samples 64] [--json PATH] [--png PATH]
 
 The base commit (default: main before issue 27) is exported with `git archive` into a temporary
-directory and its extension built there (`setup.py build_ext --inplace`, about a minute); each of its
+directory and its extension built there (`setup.py build_ext --inplace`, about a minute; needs Cython,
+`pip install cython`, which pip's isolated build of this tree does not leave behind); each of its
 runs imports it through PYTHONPATH in a subprocess, the new code's runs import this tree the same way,
 so both sides start alike. For each model (MediaPipe models from PyPI wheels and real photos:
 bench/builders/nonclassifier_data.py, bench/MODELS-nonclassifier.md), one after the other on the same
@@ -57,8 +58,10 @@ def export(ref: str, into: Path) -> str:
                             text=True).stdout.strip()
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=into, check=True,
-                   capture_output=True)
+    built = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=into,
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        raise SystemExit(f"building {ref} failed (is Cython installed? pip install cython):\n{built.stderr[-2000:]}")
     return commit
 
 
