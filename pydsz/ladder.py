@@ -185,9 +185,6 @@ class Ladder(_Plan):
             wanted.append((needed, 0))
         return next((task for task in wanted if task not in self.issued), None)
 
-    def want(self, bound: float) -> None:
-        """The allocation's wishes are for Fitted plans: a ladder's refinements already cover its choices."""
-
     @property
     def done(self) -> bool:
         climbed, settled, _ = self._climbed()
