@@ -172,7 +172,8 @@ class Evaluator:
     def footprint(self) -> dict:
         """What evaluating holds beside the model's copies (pydsz.footprint): the data, one batch's
         tensors, the outputs."""
-        return {"data": sum(a.nbytes for a in self.x), "batch_bytes": self.batch * self.probe.sample_bytes,
+        # the probe that sized the batch ran two samples with every tensor kept
+        return {"data": sum(a.nbytes for a in self.x), "batch_bytes": max(self.batch, 2) * self.probe.sample_bytes,
                 "outputs": sum(np.asarray(v).nbytes for v in self.outputs.values())}
 
     @property

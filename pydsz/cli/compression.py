@@ -149,7 +149,7 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, 
     n = min(CHUNK, len(calibration[0]))
     rows = max((probe.tensors or {}).get(layer.input, 0) for layer in chosen) if chosen else 0
     memory = {"data": sum(a.nbytes for a in calibration) + sum(a.nbytes for a in val),
-              "batch_bytes": batch * probe.sample_bytes,
+              "batch_bytes": max(batch, 2) * probe.sample_bytes,  # the probe kept every tensor of two samples
               "outputs": sum(v.nbytes for v in outputs.values())}
     extra = {"Hessian": max((hessian_bytes(layer) for layer in chosen), default=0),
              "captured layer inputs (float32 + float64)": 3 * n * rows}
