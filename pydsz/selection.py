@@ -9,8 +9,12 @@ named explicitly is kept whatever its size.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydsz.errors import InputError
-from pydsz.model import TFLiteModel
+
+if TYPE_CHECKING:  # the command line reads this module's defaults where the tflite parser is absent
+    from pydsz.model import TFLiteModel
 
 KINDS = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}
 # the default floor: below it a stream's headers eat the saving (bench/engine.py's models: every layer
