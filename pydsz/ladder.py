@@ -211,8 +211,8 @@ class Fitted(_Plan):
         self.unit = scale(weight) if unit is None else unit
         self.highest = top(weight) if highest is None else highest
         self.exponent = exponent
-        self.targets = []  # the losses the allocation may want: 2 x budget down to `low`, factor 4 apart
-        target = 2 * budget
+        self.targets = []  # the losses the allocation may want: the budget down to `low`, factor 4 apart
+        target = budget
         while target >= low or len(self.targets) < 2:
             self.targets.append(target)
             target /= 4
