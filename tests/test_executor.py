@@ -57,7 +57,14 @@ def test_cuts_fitted_plans_and_their_refinement_give_the_same_bytes_on_dask(val)
         there = pipeline.compress(data, x, None, 0.01, metric="output-error", layers="all", executor=cluster)
     finally:
         cluster.close()
-    _same(here, there)
+    # the same bytes and bounds; the numpy tail's losses (fc1, fc2) may differ in their last digits, BLAS
+    # summing in another order on a worker's single thread than on this process's two
+    assert hashlib.sha256(here.dsz).digest() == hashlib.sha256(there.dsz).digest()
+    assert [l.bound for l in here.layers] == [l.bound for l in there.layers]
+    for name, points in here.curves.items():
+        others = there.curves[name]
+        assert [(p.bound, p.size) for p in points] == [(p.bound, p.size) for p in others]
+        assert [p.loss for p in points] == pytest.approx([p.loss for p in others], rel=1e-4)
     assert {info["plan"] for info in here.assessment.values()} <= {"fitted", "group"}
 
 
