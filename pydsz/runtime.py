@@ -427,7 +427,11 @@ def capture(model, x, tensor_index: int, batch_size: Optional[int] = None,
     graph = cut.Graph(parsed)
     if graph.reason is None and tensor_index in graph.producer and graph.per_sample(tensor_index):
         segment = graph.segment(range(graph.producer[tensor_index] + 1), set(parsed.inputs), [tensor_index])
-        return tensors(cut.model_bytes(parsed, segment), x, batch_size, num_threads)[0]
+        sub = cut.model_bytes(parsed, segment)
+        # the segment is fed only the model inputs it reads, in its own order
+        by_tensor = dict(zip(parsed.inputs, fit_inputs(parsed.input_details(), x, finite=False)))
+        fed = [by_tensor[t] for t in segment.inputs]
+        return tensors(sub, fed, batch_size or _batch(sub, CAPTURE_BYTES, fed), num_threads)[0]
     return _capture_preserved(parsed.data, x, tensor_index, batch_size, num_threads)
 
 
