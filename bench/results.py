@@ -454,6 +454,28 @@ def section_cluster(cl: dict) -> list:
     return out
 
 
+def section_engine(engine: dict) -> list:
+    out = ["## The evaluation engine: only what changes, evaluations where the bytes are", ""]
+    out += source(f"python3 bench/engine.py --base {engine['base'][:7]}",
+                  "`bench/results/engine.json` (plot: `engine.png`)", machine(engine["machine"]))
+    out += [f"`dsz compress --layers all --metric output-error --max-loss {engine['max_loss']:g}` on 64 photos, the code of",
+            f"issue 27 ({engine['new'][:7]}) against main before it ({engine['base'][:7]}), one model after the other in",
+            "one run, the base first. Loss: what each run measured on its decoded .dsz (its verification); test:",
+            "the output error of both decoded models on the 64 unseen photos, measured by the same code.", ""]
+    rows = [[r["model"], f"{r['base']['seconds']:.0f}", f"{r['new']['seconds']:.0f}", f"{r['speedup']:.1f}x",
+             r["base"]["dsz_bytes"], r["new"]["dsz_bytes"], f"{100 * (r['size_ratio'] - 1):+.1f}%",
+             f"{r['base']['measured_loss']:.4f}", f"{r['new']['measured_loss']:.4f}",
+             f"{r['base']['test_error']:.4f}", f"{r['new']['test_error']:.4f}",
+             f"{r['base']['evaluations']} / {r['new']['evaluations']}"] for r in engine["rows"]]
+    out += table(["model", "base s", "new s", "speed-up", "base .dsz", "new .dsz", "size", "base loss", "new loss",
+                  "base test", "new test", "evaluations"], rows)
+    claims = engine["claims"]
+    out += [f"At least 5x faster on each: {'yes' if claims['speedup_at_least_5x'] else 'NO'}; .dsz at most 2% larger: "
+            f"{'yes' if claims['size_at_most_2pct_larger'] else 'NO'}; both within the budget: "
+            f"{'yes' if claims['within_budget'] else 'NO'}.", ""]
+    return out
+
+
 def section_gpu() -> list:
     out = ["## Assessment on a GPU", ""]
     path = RESULTS / "gpu_sweep.json"
@@ -636,6 +658,7 @@ def render(root: Path = RESULTS) -> str:
         section_real(j("real_models.json"), j("int8_entropy.json")),
         section_tail(j("tail_eval.json")),
         section_cluster(j("cluster.json")),
+        *([section_engine(j("engine.json"))] if (root / "engine.json").exists() else []),
         section_gpu(),
         section_compensate(j("compensate.json")),
         section_oneshot_conv(j("oneshot_conv.json"), j("oneshot_conv_hand_recrop.json")),

@@ -241,3 +241,19 @@ def bundled(name: str) -> Path:
         available = sorted(p.name for p in _DATA_DIR.glob("*") if p.is_file())
         raise InputError(f"{name}: no such bundled file (have: {', '.join(available) or 'none'})")
     return path
+
+
+def check_outputs(outputs: dict) -> None:
+    """InputError when the model's outputs on finite inputs hold a NaN or an infinity: nothing can be
+    measured against them. outputs: {name: array [n, ...]}."""
+    for name, values in outputs.items():
+        values = np.asarray(values)
+        if values.dtype.kind != "f" or values.size == 0:
+            continue
+        bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+        if bad.any():
+            first = int(np.argmax(bad))
+            what = "NaN" if np.isnan(values[first]).any() else "an infinity"
+            raise InputError(f"the model's output {name} is {what} for sample {first} ({int(bad.sum())} of "
+                             f"{len(values)} samples), although the inputs are finite: nothing can be measured "
+                             "against it; check the model and what --normalize feeds it")

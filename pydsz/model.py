@@ -460,7 +460,7 @@ class TFLiteModel:
             raise InputError(f"layer {layer.name}: {layer.skip_reason}")
         return values
 
-    def replace(self, arrays: Mapping[Union[str, int], np.ndarray]) -> bytes:
+    def replace(self, arrays: Mapping[Union[str, int], np.ndarray], head: Optional[tuple] = None) -> bytes:
         """A copy of the file with some weight buffers overwritten in place.
 
         Keys are layer names or buffer indices; a layer name writes its buffer, which every layer
@@ -469,6 +469,8 @@ class TFLiteModel:
         stores as float16, rounding to nearest, is allowed). A float array for a layer whose
         weights are int8/uint8 holds real values: it is quantized with the layer's scales
         (round to nearest, clipped to the type's range), so weight() values come back exactly.
+        head: (root offset, bytes) placed between the 8-byte header and the rest of the file, which
+        moves up by their length (a sub-model's new root tables: pydsz.cut).
         """
         writes: dict = {}
         for key, array in arrays.items():
@@ -502,12 +504,19 @@ class TFLiteModel:
             writes[buffer] = (offset, raw, what)
         from ._core import BytesWriter
 
-        writer = BytesWriter(len(self.data))
+        root, body = head if head is not None else (None, b"")
+        shift = len(body)
+        writer = BytesWriter(len(self.data) + shift)
         out = np.frombuffer(writer, np.uint8)
-        out[:] = np.frombuffer(self.data, np.uint8)
+        src = np.frombuffer(self.data, np.uint8)
+        out[:8] = src[:8]
+        out[8:8 + shift] = np.frombuffer(body, np.uint8)
+        out[8 + shift:] = src[8:]
+        if root is not None:
+            out[:4] = np.frombuffer(struct.pack("<I", root), np.uint8)
         for offset, raw, _ in writes.values():
-            out[offset:offset + len(raw)] = raw
-        del out
+            out[shift + offset:shift + offset + len(raw)] = raw
+        del out, src
         return writer.take()
 
     def _buffer_target(self, buffer: int) -> tuple:

@@ -19,8 +19,8 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
-from pydsz import compensate as compensation, container, metrics, runtime
-from pydsz.assess import Evaluator, Point, assess, compressible_layers
+from pydsz import compensate as compensation, container, metrics, plan as planner, runtime, selection
+from pydsz.assess import Evaluator, Point, compressible_layers
 from pydsz.budget import Budget, risk
 from pydsz.executor import Local
 from pydsz.errors import InputError
@@ -74,6 +74,10 @@ class Result:
     metric_reason: str = ""  # why this metric, when it was chosen by default
     warnings: list[str] = field(default_factory=list)
     compensated: list[str] = field(default_factory=list)  # layers encoded from compensated weights
+    # per layer: how it was assessed (pydsz.plan.Assessment.layers), and the layers the size floor left out
+    assessment: dict = field(default_factory=dict)
+    below_floor: list[str] = field(default_factory=list)
+    memory: dict = field(default_factory=dict)  # what evaluating held (Evaluator.footprint)
 
     @property
     def fc_original_bytes(self) -> int:
@@ -151,6 +155,7 @@ def compress(
     output: Optional[str] = None,
     target_ratio: Optional[float] = None,
     layers: str = "fc",
+    min_layer_bytes: int = selection.MIN_LAYER_BYTES,
     spent: float = 0.0,
     margin: float = 1.0,
     progress: bool = False,
@@ -169,7 +174,8 @@ def compress(
     restrict the metric to that model output. max_loss: in the metric's unit (None: its default).
     spent: loss an earlier step already spent, in the metric's unit, taken from the budget (e.g.
     pruning's, measured from the unpruned model, so that pruning and compression share one
-    budget). target_ratio: instead, the least loss whose compressed layers are at most their
+    budget). layers: fc, conv, all, or layer names (fc3, conv12,conv13; pydsz.selection); those chosen
+    by kind from min_layer_bytes on. target_ratio: instead, the least loss whose compressed layers are at most their
     original size / target_ratio. margin: how many standard deviations of the noise every decision
     keeps in hand (0 takes the measured losses at face value, which overfits the data: the chosen
     bounds then lose more on unseen data). The final measured loss is within the budget either way.
@@ -197,7 +203,7 @@ def compress(
     if calibration is not None and not compensate:
         raise InputError("calibration inputs build the Hessians of the compensation, which is turned off: "
                          "give compensate too")
-    chosen = compressible_layers(model, layers)
+    chosen = compressible_layers(model, layers, min_layer_bytes)
     names = [l.name for l in chosen]
     x = runtime.fit_inputs(model.input_details(), x)
     compensator, compensation_warnings = (compensation.for_model(data, names, x, calibration, num_threads)
@@ -212,11 +218,16 @@ def compress(
 
     executor = executor or Local()
     start = time.perf_counter()
-    table = assess(evaluator, names, allowed, progress=progress, executor=executor)
     max_size = None
     if target_ratio is not None:
         max_size = int(sum(l.nbytes for l in chosen) / target_ratio)
 
+    def choose(table: dict) -> Optional[dict]:
+        found = _plan(table, n, allowed, max_size, margin, metric)
+        return {name: option.bound for name, option in found.choice.items()} if found else None
+
+    assessment = planner.assess(evaluator, names, allowed, progress=progress, executor=executor, choose=choose)
+    table = assessment.table
     plan = _plan(table, n, allowed, max_size, margin, metric)
     # nothing fits (a target ratio beyond the grid): every layer lossless
     bounds = {name: plan.choice[name].bound if plan else 0.0 for name in names}
@@ -235,7 +246,7 @@ def compress(
             trials += tried
             continue
         dsz = container.pack_model(_encoded_model(evaluator, bounds), container.stored_bounds(model, bounds),
-                                   layers=layers)
+                                   layers=selection.container_kind(layers))
         attempt["measured_loss"] = measured = evaluator.measure_model(container.load(dsz).tflite_bytes()).loss
         if measured <= allowed or max_size is not None or lossless:
             break
@@ -247,10 +258,12 @@ def compress(
         before=before, after=metric.value(base + measured / n), loss=measured / n, max_loss=budget.max_loss,
         allowed=allowed, model_bytes=len(data), spent=spent, margin=margin, attempts=attempts,
         fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
-        evaluations=(sum(len(points) for points in table.values()) + trials + len(attempts)
+        evaluations=(assessment.evaluations + trials + len(attempts)
                      + sum("measured_loss" in a for a in attempts)),
         evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
         compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
+        assessment=assessment.layers, below_floor=selection.below_floor(model, layers, min_layer_bytes),
+        memory=evaluator.footprint(),
     )
 
 

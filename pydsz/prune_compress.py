@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from pydsz import metrics, oneshot, prune
-from pydsz.assess import KINDS, Evaluator, compressible_layers
+from pydsz.assess import Evaluator, compressible_layers
+from pydsz.selection import KINDS, MIN_LAYER_BYTES
 from pydsz.budget import Budget
 from pydsz.errors import InputError
 from pydsz.model import TFLiteModel
@@ -49,7 +50,8 @@ class Split:
 
 def compress_pruned(tflite_bytes: bytes, x, y=None, max_loss: Optional[float] = None, *, train=None,
                     calibration=None, metric=None, output: Optional[str] = None, layers: str = "fc",
-                    margin: float = 1.0, epochs: float = 8, distill: float = 0.5, seed: int = 0,
+                    min_layer_bytes: int = MIN_LAYER_BYTES, margin: float = 1.0, epochs: float = 8,
+                    distill: float = 0.5, seed: int = 0,
                     progress: bool = False, num_threads: Optional[int] = None, device: str = "cpu",
                     executor=None, compensate: bool = False) -> tuple[Result, Split]:
     """Prune `tflite_bytes` with auto sparsity and compress it, the loss of both together within
@@ -64,6 +66,8 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, max_loss: Optional[float] = 
     else:
         metric = metrics.get(metric, output)
     max_loss = metric.default_max_loss if max_loss is None else max_loss
+    if layers not in KINDS:
+        raise InputError(f"--prune auto prunes the layers of a kind: --layers fc, conv or all, not {layers}")
     retrain = train is not None
     if retrain:
         if not isinstance(metric, metrics.Top1):
@@ -91,7 +95,8 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, max_loss: Optional[float] = 
                                          num_threads=num_threads)
         # a gain by pruning is noise the bounds should not spend
         spent = max(0.0, judge.measure_model(pruned.tflite).loss / n)
-        result = compress(pruned.tflite, x, y, max_loss, metric=metric, layers=layers, spent=spent, margin=margin,
+        result = compress(pruned.tflite, x, y, max_loss, metric=metric, layers=layers,
+                          min_layer_bytes=min_layer_bytes, spent=spent, margin=margin,
                           progress=progress, num_threads=num_threads, device=device, executor=executor,
                           compensate=compensate)
         split = Split("retrain" if retrain else "oneshot", share, max_loss, spent, result.loss,

@@ -38,6 +38,7 @@ def to_dict(result: Result, extra: Optional[dict] = None) -> dict:
             "cpu_reason": result.cpu_reason, "evaluations": result.evaluations,
             "evaluations_per_second": result.evaluations_per_second, "compensated": result.compensated,
         },
+        "assessment": {"layers": result.assessment, "below_floor": result.below_floor},
         "warnings": result.warnings,
         "verification": result.attempts,
         "curves": {name: [p.as_dict() for p in points] for name, points in result.curves.items()},
@@ -80,6 +81,22 @@ def totals_line(result: Result) -> str:
             f"{result.file_ratio:.1f}x); {m.spec} {_value(result, result.before)} -> {_value(result, result.after)} "
             f"(measured loss {_loss(result, result.loss)}, allowed {_loss(result, result.allowed_loss)} {unit}; "
             f"{result.samples} samples, {result.evaluations_per_second:.1f} evaluations/s)")
+
+
+def assessment_line(result: Result) -> str:
+    """How the layers were assessed (pydsz.plan): alone, as a group (estimated bounds), left out by the
+    size floor; the evaluations and their seconds."""
+    plans: dict = {}
+    for name, info in result.assessment.items():
+        plans.setdefault(info["plan"], []).append(name)
+    parts = [f"{len(plans[k])} measured alone ({k})" for k in ("fitted", "ladder") if k in plans]
+    if "group" in plans:
+        group = plans["group"]
+        parts.append(f"{len(group)} as one group, their bounds estimated from its loss ({', '.join(group[:6])}"
+                     + (", ..." if len(group) > 6 else "") + ")")
+    if result.below_floor:
+        parts.append(f"{len(result.below_floor)} under --min-layer-bytes kept lossless")
+    return f"assessment: {'; '.join(parts)}; {result.evaluations} evaluations in {result.evaluation_seconds:.0f} s"
 
 
 def plot_curves(result: Result, path) -> None:

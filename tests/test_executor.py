@@ -46,6 +46,28 @@ def test_a_local_dask_cluster_gives_the_same_points_bounds_and_bytes(val, local)
         cluster.close()
 
 
+def test_cuts_fitted_plans_and_their_refinement_give_the_same_bytes_on_dask(val):
+    """output-error on every layer of LeNet-5: candidates run from their cuts (each worker computing
+    the chain itself), Fitted plans, refined by the allocation: the same points, bounds and bytes."""
+    data = bundled("lenet5.tflite").read_bytes()
+    x = val[0][:300]
+    here = pipeline.compress(data, x, None, 0.01, metric="output-error", layers="all")
+    cluster = executor.Dask(workers=2)
+    try:
+        there = pipeline.compress(data, x, None, 0.01, metric="output-error", layers="all", executor=cluster)
+    finally:
+        cluster.close()
+    # the same bytes and bounds; the numpy tail's losses (fc1, fc2) may differ in their last digits, BLAS
+    # summing in another order on a worker's single thread than on this process's two
+    assert hashlib.sha256(here.dsz).digest() == hashlib.sha256(there.dsz).digest()
+    assert [l.bound for l in here.layers] == [l.bound for l in there.layers]
+    for name, points in here.curves.items():
+        others = there.curves[name]
+        assert [(p.bound, p.size) for p in points] == [(p.bound, p.size) for p in others]
+        assert [p.loss for p in points] == pytest.approx([p.loss for p in others], rel=1e-4)
+    assert {info["plan"] for info in here.assessment.values()} <= {"fitted", "group"}
+
+
 class Top1KillingAWorkerOnce(metrics.Top1):
     """top-1; but the first worker process to compute it dies on the spot (never the test's own
     process), as a machine of a cluster may."""

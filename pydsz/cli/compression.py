@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 
 from ..errors import InputError
-from .options import (add_cache_argument, add_data_arguments, add_device_argument, add_metric_arguments,
-                      add_output_arguments, add_retraining_arguments, data_for, load_tflite, metrics_names, peak_memory,
+from .options import (add_cache_argument, add_data_arguments, add_device_argument, add_layer_arguments,
+                      add_metric_arguments, add_output_arguments, add_retraining_arguments, data_for, load_tflite, metrics_names, peak_memory,
                       print_device, print_result, resolve_device, sparsity)
 
 
@@ -24,12 +24,13 @@ def _calibration(args, model_bytes: bytes):
 
 
 def cmd_compress(args) -> None:
-    from .. import cache
+    from .. import cache, footprint
     from ..container import write_atomic
     from ..executor import Local, make as make_executor
     from ..pipeline import compress
     from ..report import write_report
 
+    process = footprint.process()
     cache.set_limit(args.max_cache_memory)
     device = resolve_device(args)
     model = load_tflite(args.model)
@@ -47,9 +48,10 @@ def cmd_compress(args) -> None:
             result, split = _compress_pruned(args, model, x, y, device, executor)
         else:
             result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
-                              target_ratio=args.target_ratio, layers=args.layers, margin=args.margin,
-                              progress=not args.quiet, num_threads=args.num_threads, device=device,
-                              executor=executor, compensate=args.compensate, calibration=calibration)
+                              target_ratio=args.target_ratio, layers=args.layers,
+                              min_layer_bytes=args.min_layer_bytes, margin=args.margin, progress=not args.quiet,
+                              num_threads=args.num_threads, device=device, executor=executor,
+                              compensate=args.compensate, calibration=calibration)
     finally:
         executor.close()
     write_atomic(args.output, result.dsz)
@@ -67,7 +69,8 @@ def cmd_compress(args) -> None:
     print_result(result, args.quiet)
     print_device(result, args.quiet)
     if not args.quiet:
-        print(f"wrote {args.output} ({len(result.dsz)} bytes); peak memory {peak_memory(len(model))}")
+        print(f"wrote {args.output} ({len(result.dsz)} bytes); peak memory "
+              f"{peak_memory(process, len(model), result.memory)}")
 
 
 def _compress_pruned(args, model: bytes, x, y, device: str, executor):
@@ -85,7 +88,8 @@ def _compress_pruned(args, model: bytes, x, y, device: str, executor):
     train = load_npz(args.train) if args.train else None
     calibration = _calibration_inputs(args, model) if args.calibration else None
     return compress_pruned(model, x, y, args.max_loss, train=train, calibration=calibration, metric=args.metric,
-                           output=args.model_output, layers=args.layers, margin=args.margin, epochs=args.epochs,
+                           output=args.model_output, layers=args.layers, min_layer_bytes=args.min_layer_bytes,
+                           margin=args.margin, epochs=args.epochs,
                            distill=args.distill, progress=not args.quiet, num_threads=args.num_threads,
                            device=device, executor=executor, compensate=args.compensate)
 
@@ -108,15 +112,17 @@ def _prune_sparsity(text: str):
 
 
 def cmd_prune(args) -> None:
-    from .. import cache
+    from .. import cache, footprint
     from ..container import write_atomic
     from ..data import load_npz
     from ..gptq import hessian_note
     from ..oneshot import prune_model as prune_oneshot
     from ..prune import prune_model
 
+    process = footprint.process()
     cache.set_limit(args.max_cache_memory)
     model = load_tflite(args.model)
+    memory, extra = {"data": 0, "batch_bytes": 0, "outputs": 0}, {}
     if args.method == "oneshot":
         from ..data import load_data
         from ..model import TFLiteModel
@@ -125,6 +131,7 @@ def cmd_prune(args) -> None:
         val = data_for(args, model)
         calibration = (load_data(args.train, TFLiteModel(model), normalize=args.normalize)[0] if args.train
                        else val[0])
+        memory, extra = _oneshot_memory(model, calibration, val[0], args.layers)
         kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
         result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds, auto_budget=args.auto_budget,
                                metric=args.metric, output=args.model_output, progress=not args.quiet,
@@ -157,7 +164,37 @@ def cmd_prune(args) -> None:
             print(note)
         if result.top1_before is not None:
             print(f"top-1 on {args.data}: {100 * result.top1_before:.2f}% -> {100 * result.top1_after:.2f}%")
-        print(f"wrote {args.output}; peak memory {peak_memory(len(model))}")
+        print(f"wrote {args.output}; peak memory {peak_memory(process, len(model), memory, extra)}")
+
+
+def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, dict]:
+    """What one-shot pruning holds (pydsz.footprint); and, before any work, a model whose outputs on the
+    calibration inputs are not finite is refused (inputs that are not are, when they are loaded). The
+    Hessians' part: the largest layer's H (three float64 copies) and its inputs captured for one
+    chunk of samples, float32 and the float64 copy they are summed in."""
+    from .. import runtime
+    from ..data import check_outputs
+    from ..gptq import CHUNK, hessian_bytes, selectable
+    from ..model import TFLiteModel
+
+    parsed = TFLiteModel(model)
+    val = runtime.fit_inputs(parsed.input_details(), val, finite=False)
+    calibration = runtime.fit_inputs(parsed.input_details(), calibration, finite=False)
+    probe = runtime.probe(parsed, calibration)
+    batch = runtime.batch_size(parsed, calibration)
+    keys = [d["key"] for d in parsed.output_details()]
+    outputs = runtime.outputs(model, calibration, keys, batch_size=batch)  # what the Hessians are built from
+    check_outputs(outputs)
+    kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[layers]
+    chosen = selectable(parsed, kinds)
+    n = min(CHUNK, len(calibration[0]))
+    rows = max((probe.tensors or {}).get(layer.input, 0) for layer in chosen) if chosen else 0
+    memory = {"data": sum(a.nbytes for a in calibration) + sum(a.nbytes for a in val),
+              "batch_bytes": max(batch, 2) * probe.sample_bytes,  # the probe kept every tensor of two samples
+              "outputs": sum(v.nbytes for v in outputs.values())}
+    extra = {"Hessian": max((hessian_bytes(layer) for layer in chosen), default=0),
+             "captured layer inputs (float32 + float64)": 3 * n * rows}
+    return memory, extra
 
 
 def cmd_demo(args) -> None:
@@ -196,8 +233,7 @@ def add_commands(sub) -> None:
                    "psnr: the lowest PSNR in dB (default 40)")
     p.add_argument("--target-ratio", type=float, default=None,
                    help="instead: the least loss with the layers compressed by this ratio")
-    p.add_argument("--layers", choices=["fc", "conv", "all"], default="fc",
-                   help="which layers' weights to compress (default: fc, as in DeepSZ)")
+    add_layer_arguments(p)
     p.add_argument("--margin", type=float, default=1.0,
                    help="standard deviations of the data's noise kept in hand when choosing bounds "
                    "(default 1; 0 trusts the measured losses as they are and overfits the data)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Optional
 
 from ..errors import InputError
 
@@ -70,11 +71,13 @@ def sparsity(text: str):
 
 
 def print_result(result, quiet: bool) -> None:
-    from ..report import layer_table, totals_line
+    from ..report import assessment_line, layer_table, totals_line
 
     if not quiet:
         print(layer_table(result))
         print(totals_line(result))
+        if getattr(result, "assessment", None):
+            print(assessment_line(result))
 
 
 def resolve_device(args) -> str:
@@ -92,20 +95,13 @@ def print_device(result, quiet: bool) -> None:
         print(f"the assessment ran on the CPU: {result.cpu_reason}")
 
 
-def peak_memory(model_bytes: int) -> str:
-    """This process's peak resident memory so far, for the summary of a long command, beside what
-    it is meant to stay within: 3x the model plus the cached activations (doc/results.md, large models)."""
-    from .. import cache
+def peak_memory(process: dict, model_bytes: int, memory: dict, extra: Optional[dict] = None) -> str:
+    """This process's peak resident memory so far beside what it is meant to stay within
+    (pydsz.footprint): `memory` is Evaluator.footprint()'s parts, `extra` any further ones."""
+    from .. import cache, footprint
 
-    mib = 1 << 20
-    bound = f"within 3 x the model ({model_bytes / mib:.0f} MiB) + cached activations ({cache.peak() / mib:.0f} MiB) " \
-            f"= {(3 * model_bytes + cache.peak()) / mib:.0f} MiB"
-    try:
-        import resource
-    except ImportError:  # not on every platform
-        return f"unknown (meant to stay {bound})"
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return f"{kib / 1024:.0f} MiB (meant to stay {bound})"
+    parts = footprint.interpreter_path(process, model=model_bytes, cached=cache.peak(), **memory)
+    return footprint.line({**parts, **(extra or {})})
 
 
 def add_retraining_arguments(p) -> None:
@@ -153,6 +149,28 @@ def add_data_arguments(p, data_help: str) -> None:
     p.add_argument("--data", required=True, help=data_help)
     p.add_argument("--normalize", choices=["0,1", "-1,1", "0,255"], default=None,
                    help="for a directory of images and a float input: map the pixels' 0..255 onto this range")
+
+
+def layers(text: str) -> str:
+    """--layers: fc, conv, all, layer names (fc3, conv12,conv13), or kinds and names together."""
+    from ..selection import parse
+
+    try:
+        parse(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_layer_arguments(p) -> None:
+    from ..selection import MIN_LAYER_BYTES
+
+    p.add_argument("--layers", type=layers, default="fc", metavar="fc|conv|all|NAMES",
+                   help="which layers' weights to compress: fc (default, as in DeepSZ), conv, all, or layer names "
+                   "such as fc3 or conv12,conv13 (dsz info lists them)")
+    p.add_argument("--min-layer-bytes", type=int, default=MIN_LAYER_BYTES, metavar="N",
+                   help=f"leave out layers of fewer bytes, chosen by kind (default {MIN_LAYER_BYTES}: a stream's own "
+                   "headers take about what a smaller layer could save); named layers are kept whatever their size")
 
 
 def add_metric_arguments(p) -> None:
