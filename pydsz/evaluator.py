@@ -146,6 +146,12 @@ class Evaluator:
             return self.compensator.weights(name, bound)
         return np.asarray(self.model.stored(name))
 
+    def candidate_pattern(self, name: str, pattern):
+        """The index pattern a candidate of `name` is encoded with: the stored weights' one, but for a
+        compensated layer, whose values may round to zero where the stored ones are not."""
+        compensated = self.compensator is not None and name in self.compensator.layers
+        return None if compensated else pattern
+
     def weights_at(self, bounds: Mapping[str, float]) -> dict:
         """{layer: its weights as decoded at its bound} for the layers of non-zero bound, as measure
         takes them (`decoded`: CSR where the tail multiplies the layer by its non-zeros); each
@@ -155,7 +161,7 @@ class Evaluator:
             if bound > 0:
                 if (name, bound) not in self._encoded:
                     w = codec.stored_array(self.candidate(name, bound))
-                    pattern = self.patterns[name][1] if name in self.patterns else None
+                    pattern = self.candidate_pattern(name, self.patterns[name][1] if name in self.patterns else None)
                     self._encoded[name, bound] = *encode(w, bound, pattern)[:2], w.shape
                 streams[name] = self._encoded[name, bound]
         return self.decoded(streams)

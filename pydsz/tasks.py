@@ -31,7 +31,7 @@ def measure_point(evaluator: Evaluator, name: str, bound: float, part: int = 0, 
             _, size, _, _ = encode_weight(stored, 0.0, pattern)
         return Point(name, 0.0, size, size, 0, 0.0)
     w = codec.stored_array(evaluator.candidate(name, bound))
-    stream, dense, (size, data, index) = encode(w, bound, candidate_pattern(evaluator, name, pattern))
+    stream, dense, (size, data, index) = encode(w, bound, evaluator.candidate_pattern(name, pattern))
     m = evaluator.measure(evaluator.decoded({name: (stream, dense, w.shape)}))
     return Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
 
@@ -42,13 +42,6 @@ def stored_pattern(evaluator: Evaluator, name: str) -> tuple:
         stored = np.asarray(evaluator.model.stored(name))
         evaluator.patterns[name] = stored, codec.sparse_index(matrix(stored))
     return evaluator.patterns[name]
-
-
-def candidate_pattern(evaluator: Evaluator, name: str, pattern):
-    """The index pattern a candidate of `name` is encoded with: the stored weights' one, but for a
-    compensated layer, whose values may round to zero where the stored ones are not."""
-    compensated = evaluator.compensator is not None and name in evaluator.compensator.layers
-    return None if compensated else pattern
 
 
 def group_bounds(evaluator: Evaluator, names: Sequence[str], level: float) -> dict:
@@ -70,7 +63,7 @@ def measure_group(evaluator: Evaluator, names: tuple, level: float) -> tuple:
     for name, bound in group_bounds(evaluator, names, level).items():
         _, layer_pattern = stored_pattern(evaluator, name)
         w = codec.stored_array(evaluator.candidate(name, bound))
-        stream, dense, sizes[name] = encode(w, bound, candidate_pattern(evaluator, name, layer_pattern))
+        stream, dense, sizes[name] = encode(w, bound, evaluator.candidate_pattern(name, layer_pattern))
         streams[name] = (stream, dense, w.shape)
     m = evaluator.measure(evaluator.decoded(streams))
     return tuple(Point(name, level, *sizes[name], m.loss, m.noise, m.lost, m.gained) for name in names)
