@@ -7,7 +7,8 @@ candidate, the decoded .dsz, and the weights the interpreter's XNNPACK delegate 
 its own), the interpreter's tensors for one batch (their real sizes on one sample: runtime.probe,
 not the shapes the model declares, which for dynamic shapes count one along the free axes), the
 model's outputs a comparison holds, the cached activations (pydsz.cache), and for one-shot pruning
-the Hessians and the layer inputs captured for them (float32 and the float64 copy they are summed in).
+the Hessians and a batch of the layer inputs streamed into them (float32 and the float64 copy they
+are summed in).
 """
 
 from __future__ import annotations

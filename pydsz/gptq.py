@@ -25,7 +25,6 @@ from pydsz.model import Layer, TFLiteModel
 
 DAMP = 0.01  # share of H's mean diagonal added to it: keeps the inverse stable (SparseGPT's default)
 BLOCK = 128  # columns per lazy block: updates within a block are rank-1, across blocks one matmul
-CHUNK = 512  # calibration samples captured per interpreter run
 PATCH_VALUES = 1 << 22  # im2col values built at once (float64: 32 MiB)
 MAX_HESSIAN_BYTES = 2 << 30  # H, its inverse and the Cholesky factor of one layer, float64
 _PADDING = {0: "SAME", 1: "VALID"}  # tflite schema's Padding enum
@@ -133,22 +132,73 @@ def hessian_note(tflite_bytes: bytes, names: Sequence[str]) -> str:
     return f"the largest, {largest.name}, needs {hessian_bytes(largest) / 2**20:.1f} MiB"
 
 
-def hessian(model: TFLiteModel, layer: Layer, x: np.ndarray, num_threads: Optional[int] = None) -> np.ndarray:
-    """2/n * sum of the outer products of the layer's input rows over the calibration set x (one
-    array, or a list of one per model input), float64, accumulated chunk by chunk:
-    [groups, cols, cols] (one group but for depthwise)."""
-    several = isinstance(x, (list, tuple))
-    h, rows = None, 0
-    for start in range(0, len(x[0]) if several else len(x), CHUNK):
-        part = [a[start:start + CHUNK] for a in x] if several else x[start:start + CHUNK]
-        inputs = runtime.capture(model.data, part, layer.input, num_threads=num_threads)
-        for p in _patches(model, layer, inputs.astype(np.float64)):
+class _Sum:
+    """2/n * sum of the outer products of a layer's input rows, added batch by batch."""
+
+    def __init__(self, model: TFLiteModel, layer: Layer):
+        self.model, self.layer = model, layer
+        self.h, self.rows = None, 0
+
+    def add(self, inputs: np.ndarray) -> None:
+        for p in _patches(self.model, self.layer, inputs.astype(np.float64)):
             if p.ndim == 2:
                 p = p[None]
             part = np.matmul(p.transpose(0, 2, 1), p)
-            h = part if h is None else h + part
-            rows += p.shape[1]
-    return h * (2.0 / rows)
+            self.h = part if self.h is None else self.h + part
+            self.rows += p.shape[1]
+
+    def result(self) -> np.ndarray:
+        return self.h * (2.0 / self.rows)
+
+
+def hessian(model: TFLiteModel, layer: Layer, x: np.ndarray, num_threads: Optional[int] = None) -> np.ndarray:
+    """2/n * sum of the outer products of the layer's input rows over the calibration set x (one
+    array, or a list of one per model input), float64, accumulated batch by batch as the layer's
+    input streams past (runtime.stream: no sample's input is kept, and the input need not hold one
+    row per sample): [groups, cols, cols] (one group but for depthwise)."""
+    total = _Sum(model, layer)
+    runtime.stream(model, x, layer.input, total.add, num_threads=num_threads)
+    return total.result()
+
+
+class Sequential:
+    """The Hessians of layers changed one after the other in execution order (SparseGPT's sequential
+    pruning), each on the inputs the layers changed before it now produce. What crosses the cut
+    before each layer is carried from cut to cut (pydsz.chain), so the ops before a layer run once
+    in all rather than once per layer (BirdNET's spectrogram front end took 8 s of every one of its
+    78 layers' Hessians); a model that cannot be cut streams each layer's input from the model
+    inputs. Hand it the model after each change: only layers at or after the current one may have
+    changed."""
+
+    def __init__(self, model: TFLiteModel, x, layers: Sequence[Layer], num_threads: Optional[int] = None):
+        from pydsz import cut
+        from pydsz.chain import Chain
+
+        self.x = runtime.fit_inputs(model.input_details(), x, finite=False)
+        self.num_threads = num_threads
+        self.graph = cut.Graph(model, runtime.probe(model, self.x).rows)
+        self.chain = None
+        if self.graph.reason is None:
+            self.chain = Chain(model, self.graph, self.x, [l.op_index for l in layers], num_threads)
+
+    def hessian(self, model: TFLiteModel, layer: Layer) -> np.ndarray:
+        from pydsz import cut
+
+        if self.chain is None:
+            return hessian(model, layer, self.x, self.num_threads)
+        self.chain.model = model  # the tensors held come from ops before the cut: none has changed
+        held = dict(zip(self.chain.tails[layer.op_index].inputs, self.chain.feeds(layer.op_index)))
+        total = _Sum(model, layer)
+        if layer.input in held:
+            values = held[layer.input]
+            step = max(1, runtime.CAPTURE_BYTES // max(1, values[:1].nbytes))
+            for i in range(0, len(values), step):
+                total.add(np.asarray(values[i:i + step]))
+        else:  # the input holds no row per sample (a reshape of frames): computed from what is held
+            segment = self.graph.segment([], set(held), [layer.input])
+            runtime.stream(cut.model_bytes(model, segment), [held[t] for t in segment.inputs], None, total.add,
+                           batch_size=self.chain.batch_size, num_threads=self.num_threads)
+        return total.result()
 
 
 def inverse_factor(h: np.ndarray, damp: float) -> np.ndarray:

@@ -16,7 +16,7 @@ from pydsz import metrics, runtime, sparsity as planner
 from pydsz.budget import Budget
 from pydsz.context import Run
 from pydsz.errors import InputError
-from pydsz.gptq import DAMP, MAX_HESSIAN_BYTES, check_memory, hessian, inverse_factor, selectable, solve
+from pydsz.gptq import DAMP, MAX_HESSIAN_BYTES, Sequential, check_memory, hessian, inverse_factor, selectable, solve
 from pydsz.masks import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, by_size, density, sparsity_targets
 from pydsz.model import TFLiteModel
 from pydsz.prune import PruneResult
@@ -56,9 +56,10 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
     todo = [l for l in layers if l.name in targets and targets[l.name] > 0 and l.name not in already]
     check_memory(todo, max_hessian_bytes)
     seconds: dict[str, float] = {}
+    inputs = Sequential(model, x, todo, num_threads)
     for layer in tqdm(todo, desc="one-shot pruning", unit="layer", disable=not progress, leave=False):
         start = time.perf_counter()
-        h = hessian(model, layer, x, num_threads=num_threads)
+        h = inputs.hessian(model, layer)
         factors = [inverse_factor(g, damp) for g in h]
         weight = solve(layer, model.weight(layer), factors, sparsity=targets[layer.name], nm=nm)
         model = TFLiteModel(model.replace({layer.name: weight}))

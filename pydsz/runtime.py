@@ -426,13 +426,51 @@ def capture(model, x, tensor_index: int, batch_size: Optional[int] = None,
         raise InputError(f"tensor {tensor_index} out of range: the model has {len(parsed.tensors)} tensors")
     graph = cut.Graph(parsed)
     if graph.reason is None and tensor_index in graph.producer and graph.per_sample(tensor_index):
-        segment = graph.segment(range(graph.producer[tensor_index] + 1), set(parsed.inputs), [tensor_index])
-        sub = cut.model_bytes(parsed, segment)
-        # the segment is fed only the model inputs it reads, in its own order
-        by_tensor = dict(zip(parsed.inputs, fit_inputs(parsed.input_details(), x, finite=False)))
-        fed = [by_tensor[t] for t in segment.inputs]
+        sub, fed = _prefix(parsed, graph, x, tensor_index)
         return tensors(sub, fed, batch_size or _batch(sub, CAPTURE_BYTES, fed), num_threads)[0]
     return _capture_preserved(parsed.data, x, tensor_index, batch_size, num_threads)
+
+
+def stream(model, x, tensor_index: Optional[int], visit, batch_size: Optional[int] = None,
+           num_threads: Optional[int] = None) -> None:
+    """Call visit(values) with tensor `tensor_index`'s values (None: the model's first output) for
+    each batch of x, in order, whatever their shape: for what needs all of a tensor's rows but not
+    which sample each came from (a Hessian), in one batch's memory. Unlike capture, the tensor need
+    not hold one row per sample (BirdNET's front-end FC reads [frames x batch, 1025] rows).
+    model: bytes or TFLiteModel."""
+    from . import cut
+    from .model import TFLiteModel
+
+    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
+    if tensor_index is None:
+        tensor_index = parsed.outputs[0]
+    if not 0 <= tensor_index < len(parsed.tensors):
+        raise InputError(f"tensor {tensor_index} out of range: the model has {len(parsed.tensors)} tensors")
+    graph = cut.Graph(parsed)
+    if graph.reason is None and tensor_index in graph.producer:
+        sub, fed = _prefix(parsed, graph, x, tensor_index)
+        interpreter = make_interpreter(sub, num_threads=num_threads)
+        read = interpreter.get_output_details()[0]["index"]
+        batch_size = batch_size or _batch(sub, CAPTURE_BYTES, fed)
+    else:
+        fed = x
+        interpreter = make_interpreter(parsed.data, num_threads=num_threads, preserve_all_tensors=True)
+        read = tensor_index
+        batch_size = batch_size or _batch(parsed.data, CAPTURE_BYTES, x)
+    # a batch whose invoke fails is retried sample by sample (_run_batches); one visited is never re-run
+    _run_batches(interpreter, fed, batch_size, lambda it: visit(it.get_tensor(read)) or [])
+    del interpreter
+    _trim()
+
+
+def _prefix(parsed, graph, x, tensor_index: int) -> tuple:
+    """The model cut after the op that computes the tensor, which is its output, and the model
+    inputs it reads, in its own order."""
+    from . import cut
+
+    segment = graph.segment(range(graph.producer[tensor_index] + 1), set(parsed.inputs), [tensor_index])
+    by_tensor = dict(zip(parsed.inputs, fit_inputs(parsed.input_details(), x, finite=False)))
+    return cut.model_bytes(parsed, segment), [by_tensor[t] for t in segment.inputs]
 
 
 def _capture_preserved(model: bytes, x, tensor_index: int, batch_size: Optional[int],

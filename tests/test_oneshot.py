@@ -183,13 +183,8 @@ def _random_layer(rng, rows: int, cols: int, sparsity: float):
     return w, x
 
 
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(16, 48), cols=st.integers(8, 40),
-       sparsity=st.floats(0, 0.8), bound=st.sampled_from([0.001, 0.005, 0.01, 0.02, 0.05]))
-def test_compensation_reduces_the_output_error(seed, rows, cols, sparsity, bound):
-    """Over a few random layers: GPTQ is greedy, so one small layer may lose by luck (by up to ~20%
-    in 400 draws of one); four together never did in 1,500 draws, and typically halve the squared error."""
-    rng = np.random.default_rng(seed)
+def _errors(rng, rows: int, cols: int, sparsity: float, bound: float) -> tuple[float, float]:
+    """Squared output errors of four random layers together: compensated, plainly rounded."""
     compensated_error = plain_error = 0.0
     for _ in range(4):
         w, x = _random_layer(rng, rows, cols, sparsity)
@@ -198,7 +193,30 @@ def test_compensation_reduces_the_output_error(seed, rows, cols, sparsity, bound
         compensated_error += _output_error(w, compensated, x) ** 2
         plain_error += _output_error(w, plain, x) ** 2
         assert np.array_equal(compensated == 0, w == 0)  # pruned stay zero, kept stay non-zero
-    assert compensated_error < plain_error
+    return compensated_error, plain_error
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(16, 48), cols=st.integers(8, 40),
+       sparsity=st.floats(0, 0.8), bound=st.sampled_from([0.001, 0.005, 0.01, 0.02, 0.05]))
+def test_compensation_never_costs_much(seed, rows, cols, sparsity, bound):
+    """GPTQ is greedy: where few weights are kept (sparsity near 0.8, 8-20 inputs) four layers
+    together lost to plain rounding in 4 of 3,000 seeded draws, by at most 13%."""
+    compensated_error, plain_error = _errors(np.random.default_rng(seed), rows, cols, sparsity, bound)
+    assert compensated_error < 1.25 * plain_error
+
+
+def test_compensation_halves_the_output_error_on_average():
+    """The same draws as above from 200 fixed seeds: the squared error is about 0.46x plain rounding's."""
+    ratios = []
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        rows, cols = int(rng.integers(16, 49)), int(rng.integers(8, 41))
+        compensated_error, plain_error = _errors(rng, rows, cols, float(rng.uniform(0, 0.8)),
+                                                 [0.001, 0.005, 0.01, 0.02, 0.05][seed % 5])
+        ratios.append(compensated_error / plain_error)
+    assert np.mean(ratios) < 0.6
+    assert np.mean(np.array(ratios) < 1) > 0.95
 
 
 @settings(max_examples=20, deadline=None)
@@ -434,3 +452,16 @@ def test_cli_compensates_from_a_directory_of_images_and_refuses_a_mismatched_set
         out = tmp_path / "never.dsz"
         assert_user_error(dsz("compress", model, "--data", data, "--normalize", "0,255", *extra, "-o", out), *words)
         assert not out.exists()
+
+
+def test_sequential_hessians_are_those_of_the_model_changed_so_far(lenet5, calibration):
+    """Carried from cut to cut, each layer's H is the one its input gives after the earlier layers
+    changed, as if the changed model were run from its inputs; the cuts run each op once."""
+    model = TFLiteModel(lenet5)
+    layers = gptq.selectable(model, ("fc", "conv"))
+    inputs = gptq.Sequential(model, calibration[:64], layers)
+    for layer in layers:
+        h = inputs.hessian(model, layer)
+        np.testing.assert_allclose(h, gptq.hessian(model, layer, calibration[:64]), rtol=1e-5, atol=1e-7)
+        model = TFLiteModel(model.replace({layer.name: model.weight(layer) * magnitude_mask(model.weight(layer), 0.5)}))
+    assert inputs.chain.steps == len(layers)

@@ -7,7 +7,7 @@ import pytest
 import tflite
 from test_model import build_tflite, f32
 
-from pydsz import runtime
+from pydsz import gptq, runtime
 from pydsz.errors import DszError, InputError
 from pydsz.model import TFLiteModel
 
@@ -254,3 +254,26 @@ def test_capture_rejects_a_bad_tensor_index(lenet300, test_set):
     x, _ = test_set
     with pytest.raises(InputError, match="tensor 9999 out of range"):
         runtime.capture(lenet300, x[:4], 9999)
+
+
+def test_stream_reads_a_tensor_without_a_row_per_sample():
+    # a front end as BirdNET's: each sample's frames reshaped to rows of one FC layer ([frames x batch, 4])
+    w = f32((5, 4))
+    i32 = {"type": tflite.TensorType.INT32}
+    data = build_tflite(
+        tensors=[{"shape": [1, 3, 4]}, {"shape": [2], "data": np.array([-1, 4], np.int32).tobytes(), **i32},
+                 {"shape": [3, 4]}, {"shape": [5, 4], "data": w.tobytes()}, {"shape": [3, 5]},
+                 {"shape": [2], "data": np.array([-1, 15], np.int32).tobytes(), **i32}, {"shape": [1, 15]}],
+        ops=[("RESHAPE", [0, 1], [2]), ("FULLY_CONNECTED", [2, 3, -1], [4]), ("RESHAPE", [4, 5], [6])],
+        inputs=[0], outputs=[6])
+    x = f32((10, 3, 4), 3)
+    seen = []
+    runtime.stream(data, x, 2, seen.append, batch_size=4)
+    assert [len(s) for s in seen] == [12, 12, 6]  # three frames a sample, batches of 4, 4 and 2 samples
+    np.testing.assert_array_equal(np.concatenate(seen), x.reshape(30, 4))
+    with pytest.raises(DszError):
+        runtime.capture(data, x, 2)  # capture keeps one row per sample: there is none to keep
+
+    model = TFLiteModel(data)
+    rows = x.reshape(30, 4).astype(np.float64)
+    np.testing.assert_allclose(gptq.hessian(model, model.layers()[0], x)[0], 2 * rows.T @ rows / 30, rtol=1e-12)

@@ -170,11 +170,12 @@ def cmd_prune(args) -> None:
 def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, dict]:
     """What one-shot pruning holds (pydsz.footprint); and, before any work, a model whose outputs on the
     calibration inputs are not finite is refused (inputs that are not are, when they are loaded). The
-    Hessians' part: the largest layer's H (three float64 copies) and its inputs captured for one
-    chunk of samples, float32 and the float64 copy they are summed in."""
+    Hessians' part: the largest layer's H (three float64 copies) and its input for one streamed
+    batch (runtime.stream: within CAPTURE_BYTES unless one sample is larger), float32 and the
+    float64 copy it is summed in."""
     from .. import runtime
     from ..data import check_outputs
-    from ..gptq import CHUNK, hessian_bytes, selectable
+    from ..gptq import hessian_bytes, selectable
     from ..model import TFLiteModel
 
     parsed = TFLiteModel(model)
@@ -187,13 +188,14 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, 
     check_outputs(outputs)
     kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[layers]
     chosen = selectable(parsed, kinds)
-    n = min(CHUNK, len(calibration[0]))
-    rows = max((probe.tensors or {}).get(layer.input, 0) for layer in chosen) if chosen else 0
+    one = max((probe.tensors or {}).get(layer.input, 0) for layer in chosen) if chosen else 0
+    streamed = min(len(calibration[0]), runtime.DEFAULT_BATCH) * one
+    streamed = min(streamed, max(runtime.CAPTURE_BYTES, one))
     memory = {"data": sum(a.nbytes for a in calibration) + sum(a.nbytes for a in val),
               "batch_bytes": max(batch, 2) * probe.sample_bytes,  # the probe kept every tensor of two samples
               "outputs": sum(v.nbytes for v in outputs.values())}
     extra = {"Hessian": max((hessian_bytes(layer) for layer in chosen), default=0),
-             "captured layer inputs (float32 + float64)": 3 * n * rows}
+             "streamed layer inputs (float32 + float64)": 3 * streamed}
     return memory, extra
 
 
