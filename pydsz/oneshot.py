@@ -16,7 +16,7 @@ from pydsz import metrics, runtime, sparsity as planner
 from pydsz.budget import Budget
 from pydsz.context import Run
 from pydsz.errors import InputError
-from pydsz.gptq import DAMP, MAX_HESSIAN_BYTES, Sequential, check_memory, hessian, inverse_factor, selectable, solve
+from pydsz.gptq import DAMP, MAX_HESSIAN_BYTES, Sequential, check_memory, inverse_factor, selectable, solve
 from pydsz.masks import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, by_size, density, sparsity_targets
 from pydsz.model import TFLiteModel
 from pydsz.prune import PruneResult
@@ -112,7 +112,7 @@ def prune_model(
 def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kinds: Sequence[str], judged: Budget,
                   run: Run) -> tuple[dict[str, float], list[str]]:
     """auto's plan with one-shot trials (pydsz.sparsity): per layer, SparseGPT on that layer alone at each
-    rung (its Hessian from the calibration inputs, once), the loss of each measured on `val` and its
+    rung (its Hessian from the calibration inputs, once, along the cuts), the loss of each measured on `val` and its
     bytes from libdsz; the knapsack's family of plans; then the most pruned plan whose one-shot pruning
     of every layer together stays within the budget on `val` (pydsz.metrics, paired with the unpruned
     model's per sample, the noise as compress counts it) with its margin of noise in hand. Nothing
@@ -141,11 +141,12 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
                                                                                  metric.output),
                        num_threads=num_threads) if metric.classifier else judge)
     factors = {}
+    hessians = Sequential(model, calibration, layers, num_threads)  # the model never changes here
 
     def prune(name: str, s: float) -> np.ndarray:
         layer = model.layer(name)
         if name not in factors:
-            factors[name] = [inverse_factor(g, DAMP) for g in hessian(model, layer, calibration, num_threads)]
+            factors[name] = [inverse_factor(g, DAMP) for g in hessians.hessian(model, layer)]
         return solve(layer, model.weight(layer), factors[name], sparsity=s)
 
     curves = planner.measure_curves({l.name: model.weight(l) for l in layers}, prune,
