@@ -1,5 +1,6 @@
 """The `dsz` command line: exit codes, one-line errors, no partial outputs."""
 import json
+import os
 import subprocess
 import sys
 
@@ -174,3 +175,20 @@ def test_pack_takes_int8_bounds_in_steps_and_info_shows_them(tmp_path):
     fc1 = next(line for line in info.splitlines() if line.startswith("fc1"))
     assert "int8" in fc1.split() and "1q" in fc1.split()
     assert not (tmp_path / "r.dsz").exists()
+
+
+def test_num_threads_defaults_to_the_cores_here_and_to_the_runtime_in_dask_workers():
+    from pydsz.cli import build_parser
+    from pydsz.cli.options import default_threads
+
+    parser = build_parser()
+    common = ["compress", "m.tflite", "--data", "d.npz", "-o", "out.dsz"]
+    cases = {(): len(os.sched_getaffinity(0)), ("--num-threads", "3"): 3, ("--workers", "2"): None,
+             ("--cluster", "tcp://127.0.0.1:8786"): None}
+    for extra, expected in cases.items():
+        args = parser.parse_args(common + list(extra))
+        default_threads(args)
+        assert args.num_threads == expected, extra
+    args = parser.parse_args(["info", "m.dsz"])  # a command without the option is left as it is
+    default_threads(args)
+    assert not hasattr(args, "num_threads")

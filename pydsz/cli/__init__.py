@@ -14,6 +14,7 @@ import sys
 
 from ..errors import DszError
 from . import benchmark, compression, model_files
+from .options import default_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +69,7 @@ def _joined_values(argv: list) -> list:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(_joined_values(sys.argv[1:] if argv is None else list(argv)))
+    default_threads(args)
     try:
         with _native_stderr_silenced():
             args.func(args)

@@ -10,8 +10,8 @@ import argparse
 import os
 
 from ..errors import InputError
-from .options import (add_device_argument, add_retraining_arguments, load_tflite, metrics_names, resolve_device,
-                      sparsity)
+from .options import (THREADS_HELP, add_device_argument, add_retraining_arguments, load_tflite, metrics_names,
+                      resolve_device, sparsity)
 
 
 def _budgets(text: str):
@@ -133,6 +133,6 @@ def add_commands(sub) -> None:
     p.add_argument("--report", metavar="DIR", help="write bench.json and bench.png there")
     p.add_argument("--sweep", action="store_true", help="--layers fc: also print every point of every curve")
     add_device_argument(p)
-    p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
+    p.add_argument("--num-threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import InputError
-from .options import (add_data_arguments, add_metric_arguments, bounds, data_for, load_tflite, print_json)
+from .options import (THREADS_HELP, add_data_arguments, add_metric_arguments, bounds, data_for, load_tflite, print_json)
 
 
 def _print_info(info: dict) -> None:
@@ -126,6 +126,6 @@ def add_commands(sub) -> None:
     add_data_arguments(p, ".npz with x (and y for label metrics), or a directory of PNG/JPEG images")
     add_metric_arguments(p)
     p.add_argument("--reference", metavar="MODEL", help="the original .tflite (or .dsz) to compare with")
-    p.add_argument("--num-threads", type=int, default=None, help="interpreter threads")
+    p.add_argument("--num-threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval)
