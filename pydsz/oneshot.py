@@ -105,6 +105,10 @@ def prune_model(
         raise InputError(f"sparsity {sparsity!r}: give a fraction, name=value pairs, n:m or auto")
     result = prune_layers(tflite_bytes, calibration, 0.0 if nm else sparsity, kinds=kinds, nm=nm,
                           progress=progress, num_threads=num_threads)
+    # without labels no top-1 says what pruning cost: the metric against the unpruned model does
+    drift = metrics.get(metric, output) if metric else metrics.default(TFLiteModel(tflite_bytes), False, output)[0]
+    if y_val is None and not drift.needs_labels:
+        notes.append(_loss_note(bytes(tflite_bytes), result.tflite, x_val, drift, num_threads))
     return PruneResult(result.tflite, result.sparsity, result.pruned, result.already_sparse,
                        top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds, notes)
 
@@ -170,6 +174,15 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     note = (f"auto chose {planner.describe(plan)} of {len(family)} plans (predicted "
             f"{planner.predicted_bytes(curves, plan)} bytes; {len(trials)} one-shot trials)")
     return dict(plan), [note, *warnings]
+
+
+def _loss_note(original: bytes, pruned: bytes, x, metric, num_threads: Optional[int]) -> str:
+    keys = [d["key"] for d in TFLiteModel(original).output_details()]
+    reference = runtime.outputs(original, x, keys, num_threads=num_threads)
+    out = runtime.outputs(pruned, x, keys, num_threads=num_threads)
+    losses = metric.losses(out, reference, None) - metric.losses(reference, reference, None)
+    return (f"{metric.spec} against the unpruned model on the validation data: {float(np.mean(losses)):.4g} "
+            f"({metric.unit}; {len(losses)} samples)")
 
 
 def divergence(outputs: dict, reference: dict, y) -> np.ndarray:

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from pydsz.data import bundled, load_npz
 from pydsz.model import TFLiteModel
@@ -27,8 +28,13 @@ def test_oneshot_calibrates_on_images_without_labels(tmp_path):
     result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--data", data, "--sparsity", "0.6",
                  "-o", out)
     assert result.returncode == 0, result.stderr
-    assert "top-1" not in result.stdout and "peak memory" in result.stdout
+    assert "top-1 on" not in result.stdout and "peak memory" in result.stdout
     assert abs(1 - density(TFLiteModel.from_file(out).weight("fc1")) - 0.6) < 0.01
+    # what pruning cost, without labels: the default metric against the unpruned model, as dsz eval measures it
+    said = result.stdout.split("expected-top1 against the unpruned model on the validation data: ")[1]
+    check = dsz("eval", out, "--reference", bundled("lenet300.tflite"), "--data", data, "--json")
+    assert float(said.split()[0]) == pytest.approx(json.loads(check.stdout)["loss"], rel=1e-3, abs=1e-6)
+    assert "(expected top-1 accuracy (0.003 = 0.3 points); 1000 samples)" in said
 
 
 def test_oneshot_auto_without_labels_judges_by_expected_top1(tmp_path):
@@ -38,7 +44,7 @@ def test_oneshot_auto_without_labels_judges_by_expected_top1(tmp_path):
     result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--data", data, "--sparsity", "auto",
                  "--auto-budget", "0.01", "-o", out)
     assert result.returncode == 0, result.stderr
-    assert "auto judged by expected-top1" in result.stdout and "top-1" not in result.stdout
+    assert "auto judged by expected-top1" in result.stdout and "top-1 on" not in result.stdout
     assert 1 - density(TFLiteModel.from_file(out).weight("fc1")) >= 0.5  # the largest layer is pruned
     check = dsz("eval", out, "--reference", bundled("lenet300.tflite"), "--metric", "expected-top1", "--data", data,
                 "--json")
