@@ -16,7 +16,7 @@ import numpy as np
 
 from pydsz import runtime
 from pydsz.errors import InputError
-from pydsz.gptq import (DAMP, MAX_HESSIAN_BYTES, check_memory, grid, hessian, inverse_factor, layer_matrix,
+from pydsz.gptq import (DAMP, MAX_HESSIAN_BYTES, Sequential, check_memory, grid, inverse_factor, layer_matrix,
                         rank_warnings, solve)
 from pydsz.model import TFLiteModel
 
@@ -44,10 +44,12 @@ class Compensator:
         samples = len(x[0]) if isinstance(x, (list, tuple)) else len(x)
         self.warnings = rank_warnings(self.model, list(self.layers.values()), samples)
         self._factors: dict[str, list[np.ndarray]] = {}
+        self._hessians: Optional[Sequential] = None  # made on first use: the cuts' activations it carries
 
     def __getstate__(self) -> dict:
-        # another process (a Dask worker) computes the factors it needs: they are layer-sized squared
-        return {**self.__dict__, "_factors": {}}
+        # another process (a Dask worker) computes the factors it needs: they are layer-sized squared,
+        # and the activations carried from cut to cut are the calibration set's
+        return {**self.__dict__, "_factors": {}, "_hessians": None}
 
     def weights(self, name: str, bound: float) -> np.ndarray:
         """The layer's weights compensated at absolute `bound`, on the codec's grid, in the dtype the
@@ -60,7 +62,9 @@ class Compensator:
         if bound == 0:
             return weight
         if name not in self._factors:
-            h = hessian(self.model, layer, self.x, num_threads=self.num_threads)
+            if self._hessians is None:  # the layers' inputs along the cuts: the ops before one run once in all
+                self._hessians = Sequential(self.model, self.x, list(self.layers.values()), self.num_threads)
+            h = self._hessians.hessian(self.model, layer)
             self._factors[name] = [inverse_factor(g, self.damp) for g in h]
         pruned = layer_matrix(layer, weight) == 0
         dtype = np.float16 if layer.stored_dtype == "FLOAT16" else np.float32
