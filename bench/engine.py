@@ -70,7 +70,9 @@ def compress(tree: Path, model: Path, calib: Path, out: Path, max_loss: float, l
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-m", "pydsz.cli", "compress", str(model), "--data", str(calib), "--normalize=0,1",
            "--metric", "output-error", "--max-loss", str(max_loss), "--layers", "all", "-o", str(out / "out.dsz"),
-           "--report", str(out / "report"), "-q"]
+           "--report", str(out / "report"), "-q",
+           # the same threads on both sides: the new code's default takes every core, the base's one
+           "--num-threads", "1"]
     start = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out)
     seconds = time.perf_counter() - start
