@@ -105,10 +105,10 @@ def prune_model(
         raise InputError(f"sparsity {sparsity!r}: give a fraction, name=value pairs, n:m or auto")
     result = prune_layers(tflite_bytes, calibration, 0.0 if nm else sparsity, kinds=kinds, nm=nm,
                           progress=progress, num_threads=num_threads)
-    # without labels no top-1 says what pruning cost: the metric against the unpruned model does
-    drift = metrics.get(metric, output) if metric else metrics.default(TFLiteModel(tflite_bytes), False, output)[0]
-    if y_val is None and not drift.needs_labels:
-        notes.append(_loss_note(bytes(tflite_bytes), result.tflite, x_val, drift, num_threads))
+    if y_val is None:  # no top-1 says what pruning cost: the metric against the unpruned model does
+        drift = metrics.get(metric, output) if metric else metrics.default(TFLiteModel(tflite_bytes), False, output)[0]
+        if not drift.needs_labels:
+            notes.append(_loss_note(bytes(tflite_bytes), result.tflite, x_val, drift, num_threads))
     return PruneResult(result.tflite, result.sparsity, result.pruned, result.already_sparse,
                        top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds, notes)
 

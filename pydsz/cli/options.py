@@ -117,14 +117,20 @@ def add_device_argument(p) -> None:
                    "and an NVIDIA GPU; auto (default) takes the GPU when both are there")
 
 
-def _cache_size(text: str) -> str:
-    from ..cache import parse_size
-
+def _checked(check, text: str) -> str:
+    """An argparse type's answer: the text as given, once check(text) raised no InputError (argparse
+    prints its message where it did)."""
     try:
-        parse_size(text)
+        check(text)
     except InputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def _cache_size(text: str) -> str:
+    from ..cache import parse_size
+
+    return _checked(parse_size, text)
 
 
 def add_cache_argument(p) -> None:
@@ -170,11 +176,7 @@ def layers(text: str) -> str:
     """--layers: fc, conv, all, layer names (fc3, conv12,conv13), or kinds and names together."""
     from ..selection import parse
 
-    try:
-        parse(text)
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    return _checked(parse, text)
 
 
 def add_layer_arguments(p) -> None:
