@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pydsz import _core, codec
+from pydsz import _core, codec, gather
 from pydsz.container import DszModel, tensor_place
 from pydsz.errors import FormatError
 
@@ -83,6 +83,13 @@ def _fill_timed(model: DszModel, out: np.ndarray, stages: Stages) -> None:
     model.inflate_rest(out)
     stages.lossless += time.perf_counter() - t0
     for e in model.entries:
+        if e.representation == "gathered":  # decoded into scratch, then written to each span's place
+            values = np.empty(e.shape, np.dtype(e.dtype))
+            _decode_timed(e, values, stages)
+            t0 = time.perf_counter()
+            gather.scatter(out, e.spans, values, e.itemsize)
+            stages.reconstruction += time.perf_counter() - t0
+            continue
         place = tensor_place(out, e)
         if place is None:
             raise FormatError(f"tensor {e.name}: offset {e.offset} is not a multiple of {e.itemsize}; "

@@ -19,21 +19,24 @@ from typing import Mapping, Union
 import numpy as np
 import zstandard
 
-from . import _core, codec
+from . import _core, codec, gather
+from .selection import KINDS
 from .errors import DszError, FormatError, InputError
 
 MAGIC = b"DSZM"
 # newest container version; a file is written with the oldest version that holds it: 1 when every
 # compressed tensor is float32 (readers from before stored dtypes keep reading such files), 2 when
-# one is float16, int8 or uint8 (those readers then refuse the file, naming the version)
-FORMAT_VERSION = 2
+# one is float16, int8 or uint8 (those readers then refuse the file, naming the version), 3 when it
+# holds a gathered entry (several small tensors decoded from one stream: pydsz.gather)
+FORMAT_VERSION = 3
 # magic, version, flags, n_tensors, table bytes, model bytes, rest bytes, streams bytes
 _HEADER = struct.Struct("<4sHHIIQQQ")
 # offset, nbytes, buffer index, representation, dtype, ndim, reserved, bound, stream bytes, name bytes
 _ENTRY = struct.Struct("<QQIBBBBdQH")
 _CRC = struct.Struct("<I")
 _MAX_NDIM = 8
-_REPRESENTATIONS = {0: "dense", 1: "sparse"}
+_REPRESENTATIONS = {0: "dense", 1: "sparse", 2: "gathered"}
+_SPAN = struct.Struct("<QId")  # a gathered entry's span: offset in the model, number of values, step
 # the table's dtype codes: the dtype a tensor is stored in, in the model and in its stream
 DTYPES = {0: "float32", 1: "float16", 2: "int8", 3: "uint8"}
 _DTYPE_CODES = {v: k for k, v in DTYPES.items()}
@@ -64,10 +67,20 @@ class TensorEntry:
     error_bound: float  # absolute; whole quantization steps for int8 and uint8
     stream: bytes
     dtype: str = "float32"  # the stored dtype (DTYPES)
+    # "gathered": the stream's values, in order, fill these (offset, count, step) places of the model
+    # (pydsz.gather); the entry's offset is the first one's and nbytes their total
+    spans: tuple = ()
 
     @property
     def itemsize(self) -> int:
         return np.dtype(self.dtype).itemsize
+
+    @property
+    def holes(self) -> list:
+        """The (start, end) byte ranges of the model that this entry's values fill."""
+        if self.representation == "gathered":
+            return [(offset, offset + count * self.itemsize) for offset, count, _ in self.spans]
+        return [(self.offset, self.offset + self.nbytes)]
 
 
 def _crc(data) -> int:
@@ -153,7 +166,7 @@ def stored_bounds(model, bounds: Mapping[str, float]) -> dict[str, Bound]:
 
 
 def _layers(model, layers: str) -> list:
-    kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}.get(layers)
+    kinds = KINDS.get(layers)
     if kinds is None:
         raise InputError(f"layers must be fc, conv or all, not {layers!r}")
     return model.layers(kinds=kinds)
@@ -167,7 +180,8 @@ def kept_lossless(tflite_bytes: bytes, layers: str = "fc") -> dict[str, str]:
             if not layer.compressible}
 
 
-def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") -> bytes:
+def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc", *, gather_small: bool = False,
+               constants_bound: float = 0.0) -> bytes:
     """Compress a .tflite model into .dsz bytes.
 
     error_bounds: one bound for every compressible weight tensor of the chosen layers, or a mapping
@@ -178,6 +192,11 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
     float16: every decoded value is within the bound of the stored one. Weights that cannot be
     compressed (quantized, computed at run time) stay in the lossless rest of the model;
     kept_lossless() says which and why.
+    gather_small: small float32 kernels share streams where that is smaller (pydsz.gather; the file
+    is then format version 3), each within its own bound.
+    constants_bound: an absolute bound for the model's small float constants (the layers' biases; with
+    layers "all" also PReLU slopes and ADD/SUB/MUL operands: pydsz.constants), gathered too; 0 keeps
+    them in the lossless rest.
     """
     from .model import TFLiteModel  # the flatbuffer reader is only needed to encode
 
@@ -206,19 +225,37 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") ->
             nbytes=layer.nbytes, shape=tuple(w.shape), representation=representation,
             error_bound=bound, stream=stream, dtype=w.dtype.name,
         ))
-    return _serialize(len(data), _rest(data, [(e.offset, e.nbytes) for e in entries]), entries)
+    if gather_small or constants_bound > 0:
+        entries = _gathered(model, entries, gather_small, constants_bound, KINDS[layers])
+    return _serialize(len(data), _rest(data, [hole for e in entries for hole in e.holes]), entries)
+
+
+def _gathered(model, entries: list, kernels: bool, bound: float, kinds: tuple) -> list[TensorEntry]:
+    """`entries` with the model's constants at `bound` and, if `kernels`, the small float32 kernels
+    whose own streams cost more, gathered (pydsz.gather)."""
+    candidates = [gather.Part(f"{e.name}:{'x'.join(map(str, e.shape))}", e.offset,
+                              np.asarray(model.stored(model.layer(e.name))).reshape(-1), e.error_bound,
+                              len(e.stream) + _ENTRY.size + 8 * len(e.shape) + len(e.name))
+                  for e in entries if kernels and e.dtype == "float32" and e.error_bound > 0 and "," not in e.name]
+    groups = gather.groups(model, candidates, bound, kinds, lossless_size)
+    joined = {name.split(":")[0] for g in groups for name in g.names if name}
+    return [e for e in entries if e.name not in joined] + [
+        TensorEntry(name=",".join(g.names), buffer_index=0, offset=g.spans[0][0],
+                    nbytes=g.n * np.dtype(g.dtype).itemsize, shape=(g.n,), representation="gathered",
+                    error_bound=g.bound, stream=g.stream, dtype=g.dtype, spans=g.spans)
+        for g in groups]
 
 
 def _rest(data: bytes, holes: list) -> np.ndarray:
-    """The model's bytes with the (offset, nbytes) holes zeroed, the compressed tensors' places. A new
+    """The model's bytes with the (start, end) holes zeroed, the compressed tensors' places. A new
     zero array's pages are the kernel's zero page until written and only the bytes around the holes
     are copied, so the rest of an FC-heavy model takes a fraction of its size (VGG-16: not 457 MiB)."""
     rest = np.zeros(len(data), np.uint8)
     source = np.frombuffer(data, np.uint8)
     at = 0
-    for offset, nbytes in sorted(holes):
-        rest[at:offset] = source[at:offset]
-        at = max(at, offset + nbytes)
+    for start, end in sorted(holes):
+        rest[at:start] = source[at:start]
+        at = max(at, end)
     rest[at:] = source[at:]
     return rest
 
@@ -248,11 +285,12 @@ def _serialize(model_bytes: int, rest, entries: list[TensorEntry]) -> bytes:
         table += _ENTRY.pack(e.offset, e.nbytes, e.buffer_index, rep, _DTYPE_CODES[e.dtype], len(e.shape), 0,
                              e.error_bound, len(e.stream), len(name))
         table += struct.pack(f"<{len(e.shape)}Q", *e.shape) + name
+        if e.representation == "gathered":
+            table += _CRC.pack(len(e.spans)) + b"".join(_SPAN.pack(*span) for span in e.spans)
     streams = b"".join(e.stream for e in entries)
-    version = 1 if all(e.dtype == "float32" for e in entries) else 2
-    header = _HEADER.pack(MAGIC, version, 0, len(entries), len(table), model_bytes,
-                          len(rest_z), len(streams))
-    head = header + bytes(table)
+    version = 3 if any(e.spans for e in entries) else 1 if all(e.dtype == "float32" for e in entries) else 2
+    head = _HEADER.pack(MAGIC, version, 0, len(entries), len(table), model_bytes, len(rest_z), len(streams)) \
+        + bytes(table)
     body = head + _CRC.pack(_crc(head)) + rest_z + streams
     return body + _CRC.pack(_crc(body))
 
@@ -313,12 +351,14 @@ def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
             table.unpack(_ENTRY)
         # a version-1 file holds float32 tensors only: stored dtypes came with version 2
         if rep not in _REPRESENTATIONS or dtype not in DTYPES or (version < 2 and dtype != 0) \
-                or reserved != 0 or ndim > _MAX_NDIM:
+                or (version < 3 and rep == 2) or reserved != 0 or ndim > _MAX_NDIM:
             raise FormatError(f"tensor {i}: unknown representation, dtype or reserved field")
         shape = struct.unpack(f"<{ndim}Q", table.take(8 * ndim))
         name = bytes(table.take(name_len)).decode("utf-8", "replace")
         codec.check_shape(shape, f"tensor {name}")
-        if math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize != nbytes or offset + nbytes > model_bytes:
+        spans = _spans(table, name, ndim, math.prod(shape), DTYPES[dtype], offset, model_bytes) if rep == 2 else ()
+        if math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize != nbytes \
+                or (not spans and offset + nbytes > model_bytes):
             raise FormatError(f"tensor {name}: shape {shape} or place [{offset}, +{nbytes}) "
                               f"does not fit a model of {model_bytes} bytes")
         if stream_pos + stream_bytes > stream_end:
@@ -326,10 +366,10 @@ def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
         stream = bytes(mv[stream_pos:stream_pos + stream_bytes])
         stream_pos += stream_bytes
         entries.append(TensorEntry(name, buffer_index, offset, nbytes, tuple(shape),
-                                   _REPRESENTATIONS[rep], bound, stream, DTYPES[dtype]))
+                                   _REPRESENTATIONS[rep], bound, stream, DTYPES[dtype], spans))
     if table.pos != head_end or stream_pos != stream_end:
         raise FormatError("tensor table sizes do not add up to the declared section sizes")
-    spans = sorted((e.offset, e.offset + e.nbytes) for e in entries)
+    spans = sorted(hole for e in entries for hole in e.holes)
     if any(a_end > b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])):
         raise FormatError("tensor table: two tensors overlap in the model file")
     rest = mv[head_end + _CRC.size:head_end + _CRC.size + rest_bytes]
@@ -344,6 +384,18 @@ def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
     if declared != model_bytes:
         raise FormatError(f"the model's lossless section declares {declared} bytes, the header {model_bytes}")
     return version, model_bytes, rest, entries
+
+
+def _spans(table: _Reader, name: str, ndim: int, n: int, dtype: str, offset: int, model_bytes: int) -> tuple:
+    """A gathered entry's (offset, count, step) places, read after its name (gather.check_spans)."""
+    (count,) = table.unpack(_CRC)
+    if ndim != 1 or not 1 <= count <= n:
+        raise FormatError(f"tensor {name}: a gathered entry is one-dimensional with 1..{n} places, not {count}")
+    spans = tuple(table.unpack(_SPAN) for _ in range(count))
+    why = gather.check_spans(spans, n, dtype, offset, model_bytes)
+    if why:
+        raise FormatError(f"tensor {name}: {why}")
+    return spans
 
 
 def _decode_tensor(e: TensorEntry, out: np.ndarray | None = None) -> np.ndarray:
@@ -363,7 +415,9 @@ def _decode_tensor(e: TensorEntry, out: np.ndarray | None = None) -> np.ndarray:
 def tensor_place(out: np.ndarray, e: TensorEntry) -> np.ndarray | None:
     """The view of tensor e's bytes in out (the model, uint8) as its stored dtype, or None where a
     decoder cannot write values there directly: an offset that is not a multiple of the dtype's size
-    (no TFLite writer makes one)."""
+    (no TFLite writer makes one), or a gathered entry (its values go to several places: gather.scatter)."""
+    if e.representation == "gathered":
+        return None
     place = out[e.offset:e.offset + e.nbytes].view(np.dtype(e.dtype).newbyteorder("<"))
     return place.reshape(e.shape) if place.flags.aligned and place.dtype == np.dtype(e.dtype) else None
 
@@ -402,6 +456,8 @@ class DszModel:
             place = tensor_place(out, e)
             if place is not None:
                 _decode_tensor(e, out=place)
+            elif e.representation == "gathered":
+                gather.scatter(out, e.spans, _decode_tensor(e), e.itemsize)
             else:
                 w = _decode_tensor(e)
                 out[e.offset:e.offset + e.nbytes].view(w.dtype)[:] = w.reshape(-1)
@@ -415,7 +471,7 @@ class DszModel:
         """
         n = self._model_bytes
         keep, pos = [], 0  # (start, end) of the model's bytes that only the rest provides
-        for start, end in sorted((e.offset, e.offset + e.nbytes) for e in self.entries):
+        for start, end in sorted(hole for e in self.entries for hole in e.holes):
             if start > pos:
                 keep.append((pos, start))
             pos = max(pos, end)
@@ -452,6 +508,9 @@ class DszModel:
         out = {}
         for e in self.entries:
             w = _decode_tensor(e)
+            if e.representation == "gathered":
+                out.update(gather.named(e.name.split(","), e.spans, w))
+                continue
             for name in e.name.split(","):
                 out[name] = w
         return out
@@ -461,7 +520,7 @@ class DszModel:
         tensors = []
         for e in self.entries:
             # original_bytes: the tensor's bytes as the model stores them (2 per float16 value)
-            row = {"name": e.name, "buffer": e.buffer_index, "shape": list(e.shape), "dtype": e.dtype,
+            row = {"name": gather.label(e.name.split(",")) if e.spans else e.name, "buffer": e.buffer_index, "shape": list(e.shape), "dtype": e.dtype,
                    "representation": e.representation, "error_bound": e.error_bound,
                    "bound_unit": "steps" if e.dtype in ("int8", "uint8") else "absolute",
                    "original_bytes": e.nbytes, "compressed_bytes": len(e.stream),

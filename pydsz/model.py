@@ -542,6 +542,10 @@ class TFLiteModel:
         return {"index": index, "name": t.name, "key": self._keys.get(index, t.name), "shape": t.shape,
                 "shape_signature": t.shape_signature, "dtype": t.dtype}
 
+    def place(self, buffer: int) -> tuple:
+        """(absolute file offset, size) of a buffer's bytes; (-1, 0) when it holds none."""
+        return self._buffers[buffer] if 0 < buffer < len(self._buffers) else (-1, 0)
+
     def consumers(self, tensor_index: int) -> list:
         """The ops of subgraph 0 that read a tensor, in execution order."""
         return [op for op in self.ops if tensor_index in op.inputs]

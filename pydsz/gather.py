@@ -1,0 +1,222 @@
+"""Several small tensors as one stream: a gathered .dsz entry (doc/format.md).
+
+A stream's header, code table and table entry cost 150-350 bytes whatever it holds; a 64-weight
+depthwise kernel at a fine bound codes in ~50. A model of many small layers (hand_recrop: 13 of its 22
+compressed kernels hold at most 300 weights) then spends more on headers than on weights, and its
+biases and PReLU slopes (pydsz.constants) are too small for a stream each at all.
+
+Gathered, each part keeps its own bound: its values are quantized with its own step (twice the bound,
+a hair less so that the float32 rounding of the reconstruction stays within it), and the integers of
+all parts are coded together, losslessly, by one array stream with one code table. A decoder writes
+each span's integers times its step, rounded once to float32. A step of 0 means the span's values are
+the stream's own (a float16 stream of float16 constants at the entry's bound).
+
+Whether a kernel joins is decided by the bytes: the smallest kernels are added one at a time while the
+gathered stream grows by less than their own streams and table entries would cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from pydsz import codec, constants
+from pydsz.errors import FormatError
+
+# the step is 2 x bound x HEADROOM: the product of an integer and the step, rounded to float32, is then
+# within the bound of the value (the encoder checks every value and shrinks the step where it is not)
+HEADROOM = 1 - 2.0 ** -20
+# integers beyond 2**24 are not all float32 numbers
+MAX_INTEGER = 2 ** 24
+# a kernel of more values than this keeps its own stream: its code table pays for itself
+MAX_VALUES = 4096
+# a table entry's bytes besides its name (pydsz.container._ENTRY), and a span's (offset, count, step)
+SPAN_BYTES = 20
+# a stream's header (array stream of one dimension: 56), data section fields (16) and table entry (48)
+STREAM_BYTES = 120
+
+
+@dataclass
+class Part:
+    """One tensor to gather: its place in the model, its float32 values and its bound."""
+
+    name: str  # the layer's name and shape ("conv6:1x3x3x8"), "" for a constant
+    offset: int
+    values: np.ndarray
+    bound: float
+    own_bytes: int = 0  # its own stream and table entry, for a kernel that may join or not
+
+
+def quantize(values: np.ndarray, bound: float) -> Optional[tuple[np.ndarray, float]]:
+    """(integers as float32, step) whose products, rounded to float32, are within `bound` of `values`;
+    None where the bound is finer than float32 can hold them (such a part keeps its own stream, whose
+    outliers are stored verbatim)."""
+    x = np.asarray(values, np.float64).reshape(-1)
+    step = 2.0 * bound * HEADROOM
+    for _ in range(8):
+        q = np.rint(x / step)
+        if np.all(np.abs(q) < MAX_INTEGER) and np.all(np.abs(x - dequantize(q, step)) <= bound):
+            return q.astype(np.float32), step
+        step *= 1 - 2.0 ** -12
+    return None
+
+
+def dequantize(q: np.ndarray, step: float) -> np.ndarray:
+    """What a decoder writes for a span: each integer times the step, in float64, rounded once to float32."""
+    return (np.asarray(q, np.float64) * step).astype(np.float32)
+
+
+def check_spans(spans: tuple, n: int, dtype: str, offset: int, model_bytes: int) -> str:
+    """Why (offset, count, step) spans read from a file are not a gathered entry's, or "": each of at
+    least one value and inside the model, together the stream's n values, the first at the entry's
+    offset; a step 0 (the values as decoded) or, for float32 only, finite and positive."""
+    itemsize = np.dtype(dtype).itemsize
+    if any(c < 1 or o + c * itemsize > model_bytes for o, c, _ in spans) or sum(c for _, c, _ in spans) != n \
+            or spans[0][0] != offset:
+        return f"its places do not fit a model of {model_bytes} bytes or do not hold its {n} values"
+    if any(not (step == 0 or (dtype == "float32" and np.isfinite(step) and step > 0)) for _, _, step in spans):
+        return "a step is neither 0 nor a positive number for float32 values"
+    return ""
+
+
+def scatter(out: np.ndarray, spans: tuple, values: np.ndarray, itemsize: int) -> None:
+    """Write a gathered entry's decoded values into their places of the model (out: uint8)."""
+    values, at = values.reshape(-1), 0
+    for offset, count, step in spans:
+        span = dequantize(values[at:at + count], step) if step else np.ascontiguousarray(values[at:at + count])
+        out[offset:offset + count * itemsize] = span.view(np.uint8)
+        at += count
+
+
+def label(names: list) -> str:
+    """How a gathered entry is listed: its layers, and how many constants it holds."""
+    layers = [n.split(":")[0] for n in names if n]
+    constants_held = len(names) - len(layers)
+    return "gathered: " + ", ".join(layers + ([f"{constants_held} constants"] if constants_held else []))
+
+
+def named(names: list, spans: tuple, values: np.ndarray) -> dict:
+    """The decoded values of the spans with a name, by layer: a kernel's span is named "conv6:1x3x3x8"
+    (its layer and shape), a constant's "". FormatError where a name's shape does not hold its span."""
+    out, at = {}, 0
+    for name, (_, count, step) in zip(names, spans):
+        span = values.reshape(-1)[at:at + count]
+        at += count
+        if name:
+            layer, _, dims = name.partition(":")
+            shape = tuple(int(d) for d in dims.split("x")) if dims.replace("x", "").isdigit() else ()
+            if math.prod(shape) != count:
+                raise FormatError(f"gathered span {name!r}: its shape does not hold its {count} values")
+            out[layer] = (dequantize(span, step) if step else span).reshape(shape)
+    return out
+
+
+def encode(parts: list) -> Optional[tuple[bytes, tuple]]:
+    """One stream of the parts' integers, and the (offset, count, step) span of each part; None where a
+    part's bound is too fine to gather (quantize)."""
+    quantized = [quantize(p.values, p.bound) for p in parts]
+    if any(q is None for q in quantized):
+        return None
+    q = np.concatenate([q for q, _ in quantized])
+    # integers at bound 0.5 (a step of 1) are coded exactly; one beyond the radius is kept verbatim
+    stream = codec.compress_array(q, 0.5, predictor="none")
+    return stream, tuple((p.offset, p.values.size, step) for p, (_, step) in zip(parts, quantized))
+
+
+def _bits(q: np.ndarray) -> float:
+    """The order-0 entropy of integers, in bits all told: what a code table over them about costs."""
+    counts = np.unique(q, return_counts=True)[1]
+    return float(-(counts * np.log2(counts / q.size)).sum())
+
+
+def _stream_estimate(q: np.ndarray) -> float:
+    """Bytes one gathered stream of these integers about takes: its codes, a code table of a few bytes a
+    symbol (wrapped by zstd where its range is sparse) and the fixed headers."""
+    return _bits(q) / 8 + 3 * np.unique(q).size + STREAM_BYTES
+
+
+def choose(fixed: list, kernels: list) -> list:
+    """How to gather: `fixed` (the constants) always, and those of `kernels` (Parts whose own_bytes are
+    set) that cost less gathered, in streams of parts alike: [(parts, stream, spans)] per stream.
+
+    Integers of different widths sharing one code table pay for the mixture (hand_recrop: 8.6 KB of
+    codes against 6.8 KB for each part coded alone), and every stream pays its headers. So the parts
+    are ordered by width (mean magnitude of their integers) and cut into runs by dynamic programming
+    over estimated bytes, where a kernel may also stay in its own stream; the runs are then encoded."""
+    pool, own = [], []
+    for part in list(fixed) + [k for k in kernels if k.values.size <= MAX_VALUES]:
+        found = quantize(part.values, part.bound)
+        if found is None:
+            if not part.name:
+                return []  # constants too fine for float32 steps stay in the rest
+            continue
+        pool.append((part, found[0]))
+        own.append(part.own_bytes if part.name else np.inf)
+    order = sorted(range(len(pool)), key=lambda i: np.mean(np.abs(pool[i][1])))
+    pool, own = [pool[i] for i in order], [own[i] for i in order]
+    m = len(pool)
+    # best[i]: the least bytes for the first i parts; how[i]: (start of the last run, gathered?)
+    best, how = [0.0] + [np.inf] * m, [None] * (m + 1)
+    for i in range(1, m + 1):
+        if best[i - 1] + own[i - 1] < best[i]:
+            best[i], how[i] = best[i - 1] + own[i - 1], (i - 1, False)
+        for j in range(i):
+            q = np.concatenate([pool[k][1] for k in range(j, i)])
+            names = sum(len(pool[k][0].name) + 1 for k in range(j, i))
+            cost = best[j] + _stream_estimate(q) + SPAN_BYTES * (i - j) + names
+            if cost < best[i]:
+                best[i], how[i] = cost, (j, True)
+    runs, i = [], m
+    while i > 0:
+        j, gathered = how[i]
+        if gathered:
+            runs.append([pool[k][0] for k in range(j, i)])
+        i = j
+    out = []
+    for parts in reversed(runs):
+        if len(parts) > 1 or not parts[0].name:  # a kernel alone is cheaper in its own stream
+            stream, spans = encode(parts)
+            out.append((parts, stream, spans))
+    return out
+
+
+@dataclass
+class Group:
+    """One gathered entry: its span names ("" for a constant), stream, spans, largest bound, dtype, size."""
+
+    names: list
+    stream: bytes
+    spans: tuple
+    bound: float
+    dtype: str
+    n: int
+
+
+def groups(model, kernels: list, bound: float, kinds: tuple, lossless_size: Callable) -> list:
+    """The gathered entries of a model: its constants (pydsz.constants, of the layer `kinds`) at
+    `bound` where their stream beats keeping them in the model's lossless rest (`lossless_size` of
+    their values), with those `kernels` that pay (choose) in one float32 stream, and its float16
+    constants in a float16 stream of their own (spans of step 0)."""
+    fixed, out = [], []
+    for dtype in ("FLOAT32", "FLOAT16") if bound > 0 else ():
+        buffers = constants.buffers(model, dtype, kinds)
+        arrays = constants.arrays(model, buffers)
+        if not arrays:
+            continue
+        values = np.concatenate(arrays)
+        stream = codec.compress_array(values, bound)
+        if len(stream) >= lossless_size(values):
+            continue
+        places = [model.place(b)[0] for b in buffers]
+        if dtype == "FLOAT32":
+            fixed = [Part("", at, a, bound) for at, a in zip(places, arrays)]
+        else:
+            spans = tuple((at, a.size, 0.0) for at, a in zip(places, arrays))
+            out.append(Group([""] * len(arrays), stream, spans, bound, "float16", values.size))
+    for parts, stream, spans in choose(fixed, kernels):
+        out.append(Group([p.name for p in parts], stream, spans, max(p.bound for p in parts), "float32",
+                         sum(p.values.size for p in parts)))
+    return out
