@@ -36,7 +36,7 @@ _ENTRY = struct.Struct("<QQIBBBBdQH")
 _CRC = struct.Struct("<I")
 _MAX_NDIM = 8
 _REPRESENTATIONS = {0: "dense", 1: "sparse", 2: "gathered"}
-_SPAN = struct.Struct("<QId")  # a gathered entry's span: offset in the model, number of values, step
+_SPAN = struct.Struct("<QIf")  # a gathered entry's span: offset in the model, number of values, step
 # the table's dtype codes: the dtype a tensor is stored in, in the model and in its stream
 DTYPES = {0: "float32", 1: "float16", 2: "int8", 3: "uint8"}
 _DTYPE_CODES = {v: k for k, v in DTYPES.items()}
@@ -181,7 +181,7 @@ def kept_lossless(tflite_bytes: bytes, layers: str = "fc") -> dict[str, str]:
 
 
 def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc", *, gather_small: bool = False,
-               constants_bound: float = 0.0) -> bytes:
+               constants_rel: float = 0.0) -> bytes:
     """Compress a .tflite model into .dsz bytes.
 
     error_bounds: one bound for every compressible weight tensor of the chosen layers, or a mapping
@@ -194,9 +194,9 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc", *,
     kept_lossless() says which and why.
     gather_small: small float32 kernels share streams where that is smaller (pydsz.gather; the file
     is then format version 3), each within its own bound.
-    constants_bound: an absolute bound for the model's small float constants (the layers' biases; with
-    layers "all" also PReLU slopes and ADD/SUB/MUL operands: pydsz.constants), gathered too; 0 keeps
-    them in the lossless rest.
+    constants_rel: a relative bound for the model's small float constants (the layers' biases; with
+    layers "all" also PReLU slopes and ADD/SUB/MUL operands: pydsz.constants), each within this
+    fraction of its largest magnitude, gathered too; 0 keeps them in the lossless rest.
     """
     from .model import TFLiteModel  # the flatbuffer reader is only needed to encode
 
@@ -225,19 +225,19 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc", *,
             nbytes=layer.nbytes, shape=tuple(w.shape), representation=representation,
             error_bound=bound, stream=stream, dtype=w.dtype.name,
         ))
-    if gather_small or constants_bound > 0:
-        entries = _gathered(model, entries, gather_small, constants_bound, KINDS[layers])
+    if gather_small or constants_rel > 0:
+        entries = _gathered(model, entries, gather_small, constants_rel, KINDS[layers])
     return _serialize(len(data), _rest(data, [hole for e in entries for hole in e.holes]), entries)
 
 
-def _gathered(model, entries: list, kernels: bool, bound: float, kinds: tuple) -> list[TensorEntry]:
-    """`entries` with the model's constants at `bound` and, if `kernels`, the small float32 kernels
+def _gathered(model, entries: list, kernels: bool, rel: float, kinds: tuple) -> list[TensorEntry]:
+    """`entries` with the model's constants within `rel` of their magnitudes and, if `kernels`, the small float32 kernels
     whose own streams cost more, gathered (pydsz.gather)."""
     candidates = [gather.Part(f"{e.name}:{'x'.join(map(str, e.shape))}", e.offset,
                               np.asarray(model.stored(model.layer(e.name))).reshape(-1), e.error_bound,
                               len(e.stream) + _ENTRY.size + 8 * len(e.shape) + len(e.name))
                   for e in entries if kernels and e.dtype == "float32" and e.error_bound > 0 and "," not in e.name]
-    groups = gather.groups(model, candidates, bound, kinds, lossless_size)
+    groups = gather.groups(model, candidates, rel, kinds, lossless_size)
     joined = {name.split(":")[0] for g in groups for name in g.names if name}
     return [e for e in entries if e.name not in joined] + [
         TensorEntry(name=",".join(g.names), buffer_index=0, offset=g.spans[0][0],

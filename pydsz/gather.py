@@ -32,11 +32,13 @@ HEADROOM = 1 - 2.0 ** -20
 # integers beyond 2**24 are not all float32 numbers
 MAX_INTEGER = 2 ** 24
 # a kernel of more values than this keeps its own stream: its code table pays for itself
-MAX_VALUES = 4096
-# a table entry's bytes besides its name (pydsz.container._ENTRY), and a span's (offset, count, step)
-SPAN_BYTES = 20
+MAX_VALUES = 16384
+# a span's (offset, count, step) in the table entry
+SPAN_BYTES = 16
 # a stream's header (array stream of one dimension: 56), data section fields (16) and table entry (48)
 STREAM_BYTES = 120
+# what a gathered stream's code table costs a symbol it codes, zstd-wrapped (hand_recrop's: 1 to 1.5)
+TABLE_BYTES = 1.2
 
 
 @dataclass
@@ -57,6 +59,9 @@ def quantize(values: np.ndarray, bound: float) -> Optional[tuple[np.ndarray, flo
     x = np.asarray(values, np.float64).reshape(-1)
     step = 2.0 * bound * HEADROOM
     for _ in range(8):
+        step = float(np.float32(step))  # the file holds it as a float32
+        if step <= 0 or not np.isfinite(step):
+            return None
         q = np.rint(x / step)
         if np.all(np.abs(q) < MAX_INTEGER) and np.all(np.abs(x - dequantize(q, step)) <= bound):
             return q.astype(np.float32), step
@@ -126,26 +131,16 @@ def encode(parts: list) -> Optional[tuple[bytes, tuple]]:
     return stream, tuple((p.offset, p.values.size, step) for p, (_, step) in zip(parts, quantized))
 
 
-def _bits(q: np.ndarray) -> float:
-    """The order-0 entropy of integers, in bits all told: what a code table over them about costs."""
-    counts = np.unique(q, return_counts=True)[1]
-    return float(-(counts * np.log2(counts / q.size)).sum())
-
-
-def _stream_estimate(q: np.ndarray) -> float:
-    """Bytes one gathered stream of these integers about takes: its codes, a code table of a few bytes a
-    symbol (wrapped by zstd where its range is sparse) and the fixed headers."""
-    return _bits(q) / 8 + 3 * np.unique(q).size + STREAM_BYTES
-
-
 def choose(fixed: list, kernels: list) -> list:
     """How to gather: `fixed` (the constants) always, and those of `kernels` (Parts whose own_bytes are
     set) that cost less gathered, in streams of parts alike: [(parts, stream, spans)] per stream.
 
     Integers of different widths sharing one code table pay for the mixture (hand_recrop: 8.6 KB of
-    codes against 6.8 KB for each part coded alone), and every stream pays its headers. So the parts
-    are ordered by width (mean magnitude of their integers) and cut into runs by dynamic programming
-    over estimated bytes, where a kernel may also stay in its own stream; the runs are then encoded."""
+    codes where each part coded alone would take 6.8 KB), and every stream pays its headers. So the
+    parts are ordered by width (mean magnitude of their integers) and cut into runs by dynamic
+    programming over estimated bytes (codes at the run's order-0 entropy, a code table of TABLE_BYTES a
+    symbol, STREAM_BYTES of headers), where a kernel may also keep its own stream; the runs are then
+    encoded."""
     pool, own = [], []
     for part in list(fixed) + [k for k in kernels if k.values.size <= MAX_VALUES]:
         found = quantize(part.values, part.bound)
@@ -155,18 +150,24 @@ def choose(fixed: list, kernels: list) -> list:
             continue
         pool.append((part, found[0]))
         own.append(part.own_bytes if part.name else np.inf)
-    order = sorted(range(len(pool)), key=lambda i: np.mean(np.abs(pool[i][1])))
+    order = sorted(range(len(pool)), key=lambda i: float(np.mean(np.abs(pool[i][1]))))
     pool, own = [pool[i] for i in order], [own[i] for i in order]
-    m = len(pool)
+    symbols = np.unique(np.concatenate([q for _, q in pool])) if pool else np.zeros(0)
+    hists = [np.bincount(np.searchsorted(symbols, q), minlength=symbols.size) for _, q in pool]
     # best[i]: the least bytes for the first i parts; how[i]: (start of the last run, gathered?)
+    m = len(pool)
     best, how = [0.0] + [np.inf] * m, [None] * (m + 1)
     for i in range(1, m + 1):
         if best[i - 1] + own[i - 1] < best[i]:
             best[i], how[i] = best[i - 1] + own[i - 1], (i - 1, False)
-        for j in range(i):
-            q = np.concatenate([pool[k][1] for k in range(j, i)])
-            names = sum(len(pool[k][0].name) + 1 for k in range(j, i))
-            cost = best[j] + _stream_estimate(q) + SPAN_BYTES * (i - j) + names
+        counts, extra = np.zeros(symbols.size), 0.0
+        for j in range(i - 1, -1, -1):  # the run [j, i), grown one part to the left at a time
+            counts += hists[j]
+            extra += SPAN_BYTES + len(pool[j][0].name) + 1
+            used = counts[counts > 0]
+            total = used.sum()
+            bits = total * np.log2(total) - float(np.sum(used * np.log2(used)))
+            cost = best[j] + bits / 8 + TABLE_BYTES * used.size + STREAM_BYTES + extra
             if cost < best[i]:
                 best[i], how[i] = cost, (j, True)
     runs, i = [], m
@@ -195,27 +196,30 @@ class Group:
     n: int
 
 
-def groups(model, kernels: list, bound: float, kinds: tuple, lossless_size: Callable) -> list:
-    """The gathered entries of a model: its constants (pydsz.constants, of the layer `kinds`) at
-    `bound` where their stream beats keeping them in the model's lossless rest (`lossless_size` of
-    their values), with those `kernels` that pay (choose) in one float32 stream, and its float16
-    constants in a float16 stream of their own (spans of step 0)."""
+def groups(model, kernels: list, rel: float, kinds: tuple, lossless_size: Callable) -> list:
+    """The gathered entries of a model: its constants (pydsz.constants, of the layer `kinds`), each
+    within `rel` times its largest magnitude (constants.bounds), where that beats keeping them in the
+    model's lossless rest (`lossless_size` of their values), with those `kernels` that pay (choose) in
+    float32 streams; its float16 constants in a float16 stream of their own (spans of step 0) at the
+    smallest of their bounds."""
     fixed, out = [], []
-    for dtype in ("FLOAT32", "FLOAT16") if bound > 0 else ():
+    for dtype in ("FLOAT32", "FLOAT16") if rel > 0 else ():
         buffers = constants.buffers(model, dtype, kinds)
         arrays = constants.arrays(model, buffers)
         if not arrays:
             continue
-        values = np.concatenate(arrays)
-        stream = codec.compress_array(values, bound)
-        if len(stream) >= lossless_size(values):
-            continue
+        values, bounds = np.concatenate(arrays), constants.bounds(arrays, rel)
         places = [model.place(b)[0] for b in buffers]
         if dtype == "FLOAT32":
-            fixed = [Part("", at, a, bound) for at, a in zip(places, arrays)]
-        else:
+            parts = [Part("", at, a, b) for at, a, b in zip(places, arrays, bounds)]
+            coded = encode(parts)
+            if coded is not None and len(coded[0]) + SPAN_BYTES * len(parts) < lossless_size(values):
+                fixed = parts
+            continue
+        stream = codec.compress_array(values, min(bounds))
+        if len(stream) + SPAN_BYTES * len(arrays) < lossless_size(values):
             spans = tuple((at, a.size, 0.0) for at, a in zip(places, arrays))
-            out.append(Group([""] * len(arrays), stream, spans, bound, "float16", values.size))
+            out.append(Group([""] * len(arrays), stream, spans, min(bounds), "float16", values.size))
     for parts, stream, spans in choose(fixed, kernels):
         out.append(Group([p.name for p in parts], stream, spans, max(p.bound for p in parts), "float32",
                          sum(p.values.size for p in parts)))

@@ -78,8 +78,9 @@ class Result:
     assessment: dict = field(default_factory=dict)
     below_floor: list[str] = field(default_factory=list)
     memory: dict = field(default_factory=dict)  # what evaluating held (Evaluator.footprint)
-    # the gathered constants (biases, PReLU slopes: pydsz.constants): their bound, 0 when kept lossless
-    constants_bound: float = 0.0
+    # the gathered constants (biases, PReLU slopes: pydsz.constants): each within this fraction of its
+    # largest magnitude; 0 when they are kept lossless
+    constants_rel: float = 0.0
 
     @property
     def fc_original_bytes(self) -> int:
@@ -253,13 +254,13 @@ def compress(
         if measured <= allowed or max_size is not None or lossless:
             break
         slack = max(slack, measured - m.loss)
-    constants_bound = 0.0
+    constants_rel = 0.0
     if max_size is None:
         found = _gather_constants(evaluator, model, chosen, bounds, layers, budget, allowed,
                                   budget.risk(measured, m.noise), dsz)
         if found:
-            dsz, measured, constants_bound = found
-            attempts.append({"constants_bound": constants_bound, "measured_loss": measured})
+            dsz, measured, constants_rel = found
+            attempts.append({"constants_rel": constants_rel, "measured_loss": measured})
     seconds = time.perf_counter() - start
 
     return Result(
@@ -272,30 +273,30 @@ def compress(
         evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
         compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
         assessment=assessment.layers, below_floor=selection.below_floor(model, layers, min_layer_bytes),
-        memory=evaluator.footprint(), constants_bound=constants_bound,
+        memory=evaluator.footprint(), constants_rel=constants_rel,
     )
 
 
 def _gather_constants(evaluator: Evaluator, model: TFLiteModel, chosen: list, bounds: dict, layers: str,
                       budget: Budget, allowed: float, risk_before: float, dsz: bytes) -> Optional[tuple]:
-    """The verified .dsz with the model's small constants gathered too (pydsz.constants) at the coarsest
-    bound tried whose decoded model is still within the budget, its margin included (or, where the
-    weights alone already measured beyond the margin, no riskier than they were): (dsz, measured loss,
-    bound), or None where that is not smaller than `dsz`, the file without them. Each bound tried is
-    one evaluation of the decoded model. Layers chosen by name change nothing else: their selection
-    gathers nothing."""
+    """The verified .dsz with the model's small constants gathered too (pydsz.constants), each within
+    the coarsest relative bound tried whose decoded model is still within the budget, its margin
+    included (or, where the weights alone already measured beyond the margin, no riskier than they
+    were): (dsz, measured loss, relative bound), or None where that is not smaller than `dsz`, the
+    file without them. Each bound tried is one evaluation of the decoded model. Layers chosen by name
+    change nothing else: their selection gathers nothing."""
     if layers not in selection.KINDS:
         return None
     floats = {l.name for l in chosen if l.stored_dtype not in INTEGER_TYPES}
     encoded = _encoded_model(evaluator, bounds)
-    for bound in constants.candidates(bounds, floats):
+    for rel in constants.candidates(bounds, floats):
         smaller = container.pack_model(encoded, container.stored_bounds(model, bounds), layers=layers,
-                                       gather_small=True, constants_bound=bound)
+                                       gather_small=True, constants_rel=rel)
         if len(smaller) >= len(dsz):
             return None  # nothing to gather, or not worth it at the coarsest bound
         m = evaluator.measure_model(container.load(smaller).tflite_bytes())
         if m.loss <= allowed and budget.risk(m.loss, m.noise) <= max(allowed, risk_before):
-            return smaller, m.loss, bound
+            return smaller, m.loss, rel
     return None
 
 

@@ -37,6 +37,7 @@ def to_dict(result: Result, extra: Optional[dict] = None) -> dict:
             "samples": result.samples, "fast_evaluation": result.fast_evaluation, "device": result.device,
             "cpu_reason": result.cpu_reason, "evaluations": result.evaluations,
             "evaluations_per_second": result.evaluations_per_second, "compensated": result.compensated,
+            "constants_rel": result.constants_rel,
         },
         "assessment": {"layers": result.assessment, "below_floor": result.below_floor},
         "warnings": result.warnings,
@@ -96,6 +97,8 @@ def assessment_line(result: Result) -> str:
                      + (", ..." if len(group) > 6 else "") + ")")
     if result.below_floor:
         parts.append(f"{len(result.below_floor)} under --min-layer-bytes kept lossless")
+    if result.constants_rel:
+        parts.append(f"biases and other constants gathered, each within {result.constants_rel:.3g} of its largest value")
     return f"assessment: {'; '.join(parts)}; {result.evaluations} evaluations in {result.evaluation_seconds:.0f} s"
 
 
