@@ -71,7 +71,8 @@ def quantize(values: np.ndarray, bound: float) -> Optional[tuple[np.ndarray, flo
 
 def dequantize(q: np.ndarray, step: float) -> np.ndarray:
     """What a decoder writes for a span: each integer times the step, in float64, rounded once to float32."""
-    return (np.asarray(q, np.float64) * step).astype(np.float32)
+    with np.errstate(over="ignore"):  # only a corrupt file's values overflow (to inf)
+        return (np.asarray(q, np.float64) * step).astype(np.float32)
 
 
 def check_spans(spans: tuple, n: int, dtype: str, offset: int, model_bytes: int) -> str:

@@ -146,3 +146,15 @@ def test_compress_gathers_the_constants_within_the_budget():
         t = next(t.index for t in before.tensors if t.buffer == b)
         value = before.constant(t).astype(np.float64)
         assert np.abs(value - after.constant(t)).max() <= result.constants_rel * np.abs(value).max()
+
+
+def test_every_byte_of_a_gathered_table_mutated_raises_only_dszerror():
+    from fuzz_load import exercise, with_fixed_crcs
+
+    data = _file([(8, 1, 0.5), (32, 3, 2.0)])
+    table_end = 40 + int.from_bytes(data[12:16], "little")
+    for at in range(40, table_end):
+        for value in (0x00, 0x01, 0x7F, 0x80, 0xFF):
+            mutated = bytearray(data)
+            mutated[at] = value
+            exercise(with_fixed_crcs(bytes(mutated)))  # anything but a DszError fails the test

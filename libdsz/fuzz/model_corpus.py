@@ -82,6 +82,9 @@ def main() -> None:
             variants.append((f"{model}_pruned10_e0.005", pydsz.pack_model(pruned(tflite, 0.1), BOUND)))
         if model == "shared":
             variants.append((f"{model}_lossless", pydsz.pack_model(tflite, 0.0)))
+        if model == "lenet300":  # gathered entries (container version 3): fc3 and the biases in one stream
+            variants.append((f"{model}_pruned10_gathered", pydsz.pack_model(
+                pruned(tflite, 0.1), BOUND, gather_small=True, constants_rel=2.0 ** -10)))
     # the float16 and int8 reference models (stored dtypes, container version 2), pruned to stay small
     for model, bound in (("lenet300_f16", BOUND), ("lenet300_int8", "1q")):
         tflite = pruned((DATA / f"{model}.tflite").read_bytes(), 0.1)
