@@ -3,7 +3,8 @@ calibration inputs, and the column sweep that pushes each column's error onto th
 processed.
 
 Per layer, H = 2XX^T of the layer's inputs on a calibration set (conv layers through im2col), damped
-by 1% of its mean diagonal; the columns of the weight matrix are processed in order, and each
+by 1% of its mean diagonal; the columns of the weight matrix are processed in order (or in one given:
+the compensation sweeps them by decreasing H diagonal, GPTQ's act-order), and each
 column's error (pruned to zero, or rounded to the codec's grid) is pushed onto the later columns
 through the Cholesky factor of H^-1. No gradients and no labels. pydsz.oneshot prunes with it,
 pydsz.compensate encodes with it.
@@ -291,14 +292,18 @@ def compensate(w: np.ndarray, h: np.ndarray, bound: float, pruned: Optional[np.n
     return sweep(w, factor, pruned=pruned, quantize=lambda v: grid(v, bound)).astype(np.float32)
 
 
-def solve(layer: Layer, weight: np.ndarray, factors: Sequence[np.ndarray], **options) -> np.ndarray:
-    """sweep() over each row group of the layer with its own factor; the new weight tensor."""
+def solve(layer: Layer, weight: np.ndarray, factors: Sequence[np.ndarray], orders: Optional[Sequence] = None,
+          **options) -> np.ndarray:
+    """sweep() over each row group of the layer with its own factor; the new weight tensor. orders: per
+    group, the order its columns are swept in (the factor is then that of H permuted the same way)."""
     m = layer_matrix(layer, weight)
     per = m.shape[0] // len(factors)
     pruned = options.pop("pruned", None)
     for g, factor in enumerate(factors):
         rows = slice(g * per, (g + 1) * per)
-        m[rows] = sweep(m[rows], factor, pruned=None if pruned is None else pruned[rows], **options)
+        order = slice(None) if orders is None else orders[g]
+        m[rows, order] = sweep(m[rows][:, order], factor,
+                               pruned=None if pruned is None else pruned[rows][:, order], **options)
     return weight_from_matrix(layer, m)
 
 

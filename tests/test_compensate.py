@@ -64,3 +64,28 @@ def test_calibration_inputs_turn_compensation_on(calibration):
                                metric="top1", calibration=calibration)
     assert result.compensated == ["fc1", "fc2", "fc3"]
     assert compensate.SHARED_SAMPLES not in result.warnings  # the Hessians came from the calibration inputs
+
+
+def test_a_sweep_order_is_the_same_problem_with_its_columns_permuted():
+    from pydsz import gptq
+
+    model = TFLiteModel(bundled("lenet300.tflite").read_bytes())
+    layer = model.layer("fc3")
+    w = np.asarray(model.weight(layer), np.float32)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((500, w.shape[1])) * rng.uniform(0.1, 3.0, w.shape[1])
+    h = 2.0 / len(x) * (x.T @ x)
+    quantize = lambda v: compensate.rounded(v, BOUND)  # noqa: E731
+    natural = gptq.solve(layer, w, [gptq.inverse_factor(h, gptq.DAMP)], quantize=quantize)
+    identity = np.arange(w.shape[1])
+    assert np.array_equal(natural, gptq.solve(layer, w, [gptq.inverse_factor(h, gptq.DAMP)], [identity],
+                                              quantize=quantize))
+    order = np.argsort(-np.diagonal(h), kind="stable")
+    ordered = gptq.solve(layer, w, [gptq.inverse_factor(h[order][:, order], gptq.DAMP)], [order], quantize=quantize)
+    by_hand = gptq.sweep(np.asarray(w, np.float64)[:, order], gptq.inverse_factor(h[order][:, order], gptq.DAMP),
+                         quantize=quantize)
+    assert np.array_equal(ordered[:, order], by_hand.astype(np.float32))
+    assert np.array_equal(codec.decompress_array(codec.compress_array(ordered, BOUND)), ordered)  # on the grid
+    # act-order's point: on inputs of very different scales, the layer's outputs move less
+    proxy = lambda new: float(np.trace((w - new) @ h @ (w - new).T))  # noqa: E731
+    assert proxy(ordered) < proxy(natural)
