@@ -192,8 +192,8 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc", *,
     float16: every decoded value is within the bound of the stored one. Weights that cannot be
     compressed (quantized, computed at run time) stay in the lossless rest of the model;
     kept_lossless() says which and why.
-    gather_small: small float32 kernels share streams where that is smaller (pydsz.gather; the file
-    is then format version 3), each within its own bound.
+    gather_small: small float kernels share streams where that is smaller (pydsz.gather; the file is
+    then format version 3), each within its own bound.
     constants_rel: a relative bound for the model's small float constants (the layers' biases; with
     layers "all" also PReLU slopes and ADD/SUB/MUL operands: pydsz.constants), each within this
     fraction of its largest magnitude, gathered too; 0 keeps them in the lossless rest.
@@ -231,12 +231,13 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc", *,
 
 
 def _gathered(model, entries: list, kernels: bool, rel: float, kinds: tuple) -> list[TensorEntry]:
-    """`entries` with the model's constants within `rel` of their magnitudes and, if `kernels`, the small float32 kernels
+    """`entries` with the model's constants within `rel` of their magnitudes and, if `kernels`, the small float kernels
     whose own streams cost more, gathered (pydsz.gather)."""
     candidates = [gather.Part(f"{e.name}:{'x'.join(map(str, e.shape))}", e.offset,
                               np.asarray(model.stored(model.layer(e.name))).reshape(-1), e.error_bound,
                               len(e.stream) + _ENTRY.size + 8 * len(e.shape) + len(e.name))
-                  for e in entries if kernels and e.dtype == "float32" and e.error_bound > 0 and "," not in e.name]
+                  for e in entries if kernels and e.dtype in ("float32", "float16") and e.error_bound > 0
+                  and "," not in e.name]
     groups = gather.groups(model, candidates, rel, kinds, lossless_size)
     joined = {name.split(":")[0] for g in groups for name in g.names if name}
     return [e for e in entries if e.name not in joined] + [

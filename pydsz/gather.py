@@ -29,8 +29,8 @@ from pydsz.errors import FormatError
 # the step is 2 x bound x HEADROOM: the product of an integer and the step, rounded to float32, is then
 # within the bound of the value (the encoder checks every value and shrinks the step where it is not)
 HEADROOM = 1 - 2.0 ** -20
-# integers beyond 2**24 are not all float32 numbers
-MAX_INTEGER = 2 ** 24
+# the integers a gathered stream of each dtype holds exactly (beyond them, not every integer is one)
+MAX_INTEGER = {"float32": 2 ** 24, "float16": 2 ** 11}
 # a kernel of more values than this keeps its own stream: its code table pays for itself
 MAX_VALUES = 16384
 # a span's (offset, count, step) in the table entry
@@ -43,7 +43,7 @@ TABLE_BYTES = 1.2
 
 @dataclass
 class Part:
-    """One tensor to gather: its place in the model, its float32 values and its bound."""
+    """One tensor to gather: its place in the model, its values (float32 or float16, as stored) and bound."""
 
     name: str  # the layer's name and shape ("conv6:1x3x3x8"), "" for a constant
     offset: int
@@ -53,9 +53,10 @@ class Part:
 
 
 def quantize(values: np.ndarray, bound: float) -> Optional[tuple[np.ndarray, float]]:
-    """(integers as float32, step) whose products, rounded to float32, are within `bound` of `values`;
-    None where the bound is finer than float32 can hold them (such a part keeps its own stream, whose
-    outliers are stored verbatim)."""
+    """(integers in the values' dtype, step) whose products, rounded to that dtype, are within `bound` of
+    `values`; None where the bound is finer than the dtype can hold them, or the integers would be too
+    large for it (such a part keeps its own stream, whose outliers are stored verbatim)."""
+    dtype = np.dtype(values.dtype)
     x = np.asarray(values, np.float64).reshape(-1)
     step = 2.0 * bound * HEADROOM
     for _ in range(8):
@@ -63,28 +64,31 @@ def quantize(values: np.ndarray, bound: float) -> Optional[tuple[np.ndarray, flo
         if step <= 0 or not np.isfinite(step):
             return None
         q = np.rint(x / step)
-        if np.all(np.abs(q) < MAX_INTEGER) and np.all(np.abs(x - dequantize(q, step)) <= bound):
-            return q.astype(np.float32), step
+        if np.all(np.abs(q) < MAX_INTEGER[dtype.name]) and np.all(np.abs(x - dequantize(q, step, dtype)) <= bound):
+            return q.astype(dtype), step
         step *= 1 - 2.0 ** -12
     return None
 
 
-def dequantize(q: np.ndarray, step: float) -> np.ndarray:
-    """What a decoder writes for a span: each integer times the step, in float64, rounded once to float32."""
+def dequantize(q: np.ndarray, step: float, dtype) -> np.ndarray:
+    """What a decoder writes for a span: each integer times the step, in float64, rounded once to the
+    stored dtype (float32 or float16)."""
     with np.errstate(over="ignore"):  # only a corrupt file's values overflow (to inf)
-        return (np.asarray(q, np.float64) * step).astype(np.float32)
+        return (np.asarray(q, np.float64) * step).astype(dtype)
 
 
 def check_spans(spans: tuple, n: int, dtype: str, offset: int, model_bytes: int) -> str:
     """Why (offset, count, step) spans read from a file are not a gathered entry's, or "": each of at
     least one value and inside the model, together the stream's n values, the first at the entry's
-    offset; a step 0 (the values as decoded) or, for float32 only, finite and positive."""
+    offset, each step finite and positive, the dtype float32 or float16."""
+    if dtype not in MAX_INTEGER:
+        return f"a gathered entry holds float32 or float16 values, not {dtype}"
     itemsize = np.dtype(dtype).itemsize
     if any(c < 1 or o + c * itemsize > model_bytes for o, c, _ in spans) or sum(c for _, c, _ in spans) != n \
             or spans[0][0] != offset:
         return f"its places do not fit a model of {model_bytes} bytes or do not hold its {n} values"
-    if any(not (step == 0 or (dtype == "float32" and np.isfinite(step) and step > 0)) for _, _, step in spans):
-        return "a step is neither 0 nor a positive number for float32 values"
+    if any(not (np.isfinite(step) and step > 0) for _, _, step in spans):
+        return "a step is not a positive number"
     return ""
 
 
@@ -92,8 +96,7 @@ def scatter(out: np.ndarray, spans: tuple, values: np.ndarray, itemsize: int) ->
     """Write a gathered entry's decoded values into their places of the model (out: uint8)."""
     values, at = values.reshape(-1), 0
     for offset, count, step in spans:
-        span = dequantize(values[at:at + count], step) if step else np.ascontiguousarray(values[at:at + count])
-        out[offset:offset + count * itemsize] = span.view(np.uint8)
+        out[offset:offset + count * itemsize] = dequantize(values[at:at + count], step, values.dtype).view(np.uint8)
         at += count
 
 
@@ -116,7 +119,7 @@ def named(names: list, spans: tuple, values: np.ndarray) -> dict:
             shape = tuple(int(d) for d in dims.split("x")) if dims.replace("x", "").isdigit() else ()
             if math.prod(shape) != count:
                 raise FormatError(f"gathered span {name!r}: its shape does not hold its {count} values")
-            out[layer] = (dequantize(span, step) if step else span).reshape(shape)
+            out[layer] = dequantize(span, step, span.dtype).reshape(shape)
     return out
 
 
@@ -128,7 +131,7 @@ def encode(parts: list) -> Optional[tuple[bytes, tuple]]:
         return None
     q = np.concatenate([q for q, _ in quantized])
     # integers at bound 0.5 (a step of 1) are coded exactly; one beyond the radius is kept verbatim
-    stream = codec.compress_array(q, 0.5, predictor="none")
+    stream = codec.compress_array(q.astype(parts[0].values.dtype), 0.5, predictor="none")
     return stream, tuple((p.offset, p.values.size, step) for p, (_, step) in zip(parts, quantized))
 
 
@@ -198,30 +201,22 @@ class Group:
 
 
 def groups(model, kernels: list, rel: float, kinds: tuple, lossless_size: Callable) -> list:
-    """The gathered entries of a model: its constants (pydsz.constants, of the layer `kinds`), each
-    within `rel` times its largest magnitude (constants.bounds), where that beats keeping them in the
-    model's lossless rest (`lossless_size` of their values), with those `kernels` that pay (choose) in
-    float32 streams; its float16 constants in a float16 stream of their own (spans of step 0) at the
-    smallest of their bounds."""
-    fixed, out = [], []
-    for dtype in ("FLOAT32", "FLOAT16") if rel > 0 else ():
-        buffers = constants.buffers(model, dtype, kinds)
+    """The gathered entries of a model, one set per stored dtype (float32, float16): its constants
+    (pydsz.constants, of the layer `kinds`), each within `rel` times its largest magnitude
+    (constants.bounds), where that beats keeping them in the model's lossless rest (`lossless_size`
+    of their values), with those `kernels` of the dtype that pay (choose)."""
+    out = []
+    for dtype in ("float32", "float16"):
+        fixed = []
+        buffers = constants.buffers(model, dtype.upper(), kinds) if rel > 0 else []
         arrays = constants.arrays(model, buffers)
-        if not arrays:
-            continue
-        values, bounds = np.concatenate(arrays), constants.bounds(arrays, rel)
-        places = [model.place(b)[0] for b in buffers]
-        if dtype == "FLOAT32":
-            parts = [Part("", at, a, b) for at, a, b in zip(places, arrays, bounds)]
+        if arrays:
+            parts = [Part("", model.place(b)[0], a, bound)
+                     for b, a, bound in zip(buffers, arrays, constants.bounds(arrays, rel))]
             coded = encode(parts)
-            if coded is not None and len(coded[0]) + SPAN_BYTES * len(parts) < lossless_size(values):
+            if coded is not None and len(coded[0]) + SPAN_BYTES * len(parts) < lossless_size(np.concatenate(arrays)):
                 fixed = parts
-            continue
-        stream = codec.compress_array(values, min(bounds))
-        if len(stream) + SPAN_BYTES * len(arrays) < lossless_size(values):
-            spans = tuple((at, a.size, 0.0) for at, a in zip(places, arrays))
-            out.append(Group([""] * len(arrays), stream, spans, min(bounds), "float16", values.size))
-    for parts, stream, spans in choose(fixed, kernels):
-        out.append(Group([p.name for p in parts], stream, spans, max(p.bound for p in parts), "float32",
-                         sum(p.values.size for p in parts)))
+        for parts, stream, spans in choose(fixed, [k for k in kernels if k.values.dtype == dtype]):
+            out.append(Group([p.name for p in parts], stream, spans, max(p.bound for p in parts), dtype,
+                             sum(p.values.size for p in parts)))
     return out

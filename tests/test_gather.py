@@ -15,21 +15,23 @@ from pydsz.model import TFLiteModel
 from pydsz.pipeline import compress
 
 LENET5 = bundled("lenet5.tflite").read_bytes()
+LENET5_F16 = bundled("lenet5_f16.tflite").read_bytes()
 LAYERS = ["conv1", "conv2", "fc1", "fc2"]
 
 
-@settings(max_examples=200, deadline=None)
-@given(values=hnp.arrays(np.float32, st.integers(1, 300),
-                         elements=st.floats(-1e4, 1e4, allow_nan=False, width=32)),
-       bound=st.floats(1e-6, 10.0))
-def test_quantized_spans_keep_every_value_within_its_bound(values, bound):
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float16]), bound=st.floats(1e-6, 10.0))
+def test_quantized_spans_keep_every_value_within_its_bound(data, dtype, bound):
+    values = data.draw(hnp.arrays(dtype, st.integers(1, 300), elements=st.floats(
+        -1e4, 1e4, allow_nan=False, width=16 if dtype == np.float16 else 32)))
     found = gather.quantize(values, bound)
-    if found is None:  # only where float32 cannot hold the values that finely: they keep their own stream
-        assert np.abs(values).max() / bound > 2 ** 22
+    if found is None:  # only where the dtype cannot hold the values that finely, or the integers would
+        # be too large for it: they keep their own stream
+        assert np.abs(values.astype(np.float64)).max() / bound > gather.MAX_INTEGER[np.dtype(dtype).name] / 4
         return
     q, step = found
-    assert np.array_equal(q, np.rint(q)) and 0 < step <= 2 * bound
-    err = np.abs(values.astype(np.float64) - gather.dequantize(q, step))
+    assert q.dtype == dtype and np.array_equal(q, np.rint(q)) and 0 < step <= 2 * bound
+    err = np.abs(values.astype(np.float64) - gather.dequantize(q, step, dtype))
     assert err.max() <= bound
 
 
@@ -46,30 +48,33 @@ def _changed_bytes(model: TFLiteModel, names, buffers) -> np.ndarray:
 
 @settings(max_examples=25, deadline=None)
 @given(bounds=st.lists(st.sampled_from([0.0, 1e-4, 1e-3, 1e-2, 0.05]), min_size=4, max_size=4),
-       rel=st.sampled_from([0.0, 2.0 ** -20, 2.0 ** -10, 0.02]), layers=st.sampled_from(["all", "fc"]))
-def test_every_value_within_its_bound_and_the_rest_identical(bounds, rel, layers):
+       rel=st.sampled_from([0.0, 2.0 ** -20, 2.0 ** -10, 0.02]), layers=st.sampled_from(["all", "fc"]),
+       stored=st.sampled_from(["float32", "float16"]))
+def test_every_value_within_its_bound_and_the_rest_identical(bounds, rel, layers, stored):
+    original = {"float32": LENET5, "float16": LENET5_F16}[stored]
     chosen = {name: b for name, b in zip(LAYERS, bounds) if layers == "all" or name.startswith("fc")}
-    packed = pydsz.load(container.pack_model(LENET5, chosen, layers, gather_small=True, constants_rel=rel))
+    packed = pydsz.load(container.pack_model(original, chosen, layers, gather_small=True, constants_rel=rel))
     decoded = packed.tflite_bytes()
-    before, after = TFLiteModel(LENET5), TFLiteModel(decoded)
-    for name, bound in chosen.items():
-        err = np.abs(before.weight(name).astype(np.float64) - after.weight(name))
+    before, after = TFLiteModel(original), TFLiteModel(decoded)
+    for name, bound in chosen.items():  # within the bound of the values as stored
+        err = np.abs(before.stored(name).astype(np.float64) - after.stored(name))
         assert err.max() <= bound
     kinds = container.KINDS[layers]
-    held = constants.buffers(before, "FLOAT32", kinds) if rel else []
+    held = constants.buffers(before, stored.upper(), kinds) if rel else []
     for b in held:
         t = next(t.index for t in before.tensors if t.buffer == b)
         value = before.constant(t).astype(np.float64)
         assert np.abs(value - after.constant(t)).max() <= rel * np.abs(value).max()
-    if layers == "fc":  # only the chosen kind's biases may change
-        assert set(held) <= {before.layer(n).bias and before.tensors[before.layer(n).bias].buffer
-                             for n in ("fc1", "fc2")}
+    if layers == "fc":  # only the chosen kind's biases may change (float16: the DEQUANTIZE's input)
+        biases = {before.layer(n).bias for n in ("fc1", "fc2")}
+        biases |= {op.inputs[0] for op in before.ops if op.name == "DEQUANTIZE" and op.outputs[0] in biases}
+        assert set(held) <= {before.tensors[b].buffer for b in biases}
     same = ~_changed_bytes(before, chosen, held)
-    assert np.array_equal(np.frombuffer(LENET5, np.uint8)[same], np.frombuffer(decoded, np.uint8)[same])
+    assert np.array_equal(np.frombuffer(original, np.uint8)[same], np.frombuffer(decoded, np.uint8)[same])
     gathered = [e for e in packed.entries if e.representation == "gathered"]
-    assert packed.version == (3 if gathered else 1)
+    assert packed.version == (3 if gathered else 1 if stored == "float32" else 2)
     for name, values in packed.weights().items():  # gathered layers too, in their shapes
-        assert np.abs(before.weight(name).astype(np.float64) - values).max() <= chosen[name]
+        assert np.abs(before.stored(name).astype(np.float64) - values).max() <= chosen[name]
 
 
 def test_gathering_makes_a_model_of_small_layers_smaller():
@@ -106,6 +111,7 @@ def test_a_well_formed_gathered_file_scatters_each_span():
     ([(8, 2, 1.0), (12, 2, 1.0)], "overlap"),  # overlapping spans
     ([(8, 2, -1.0), (16, 2, 1.0)], "step"),
     ([(8, 2, float("nan")), (16, 2, 1.0)], "step"),
+    ([(8, 2, 0.0), (16, 2, 1.0)], "step"),
 ])
 def test_bad_spans_are_refused(spans, match):
     with pytest.raises(FormatError, match=match):
@@ -119,12 +125,12 @@ def test_a_span_may_not_overlap_another_entry():
         pydsz.load(_file([(8, 2, 1.0), (16, 2, 1.0)], extra=[other]))
 
 
-def test_float16_spans_carry_no_step():
-    values = np.arange(4, dtype=np.float16)
+def test_float16_spans_are_written_in_float16_and_a_step_of_0_is_refused():
+    values = np.array([1, -2, 3, 2047], np.float16)
+    out = pydsz.load(_file([(8, 4, 0.25)], dtype="float16", stream=codec.compress_array(values, 0.5)))
+    np.testing.assert_array_equal(np.frombuffer(out.tflite_bytes()[8:16], "<f2"), values.astype(np.float64) * 0.25)
     with pytest.raises(FormatError, match="step"):
-        pydsz.load(_file([(8, 4, 1.0)], dtype="float16", stream=codec.compress_array(values, 0.5)))
-    out = pydsz.load(_file([(8, 4, 0.0)], dtype="float16", stream=codec.compress_array(values, 0.25)))
-    np.testing.assert_array_equal(np.frombuffer(out.tflite_bytes()[8:16], "<f2"), values)
+        pydsz.load(_file([(8, 4, 0.0)], dtype="float16", stream=codec.compress_array(values, 0.5)))
 
 
 def test_a_stream_of_the_wrong_size_is_refused():
