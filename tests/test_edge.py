@@ -115,3 +115,12 @@ def test_libdsz_refuses_big_endian_hosts(tmp_path):
                         f"-I{ROOT / 'libdsz/include'}", f"-I{ROOT / 'libdsz/src'}", "-c", str(src),
                         "-o", str(tmp_path / "probe.o")], capture_output=True, text=True)
     assert r.returncode != 0 and "little-endian hosts only" in r.stderr
+
+
+def test_the_edge_demo_decodes_gathered_entries_as_the_library_does():
+    lenet5 = bundled("lenet5.tflite").read_bytes()
+    bounds = {"conv1": 0.01, "conv2": 0.01, "fc1": 0.01, "fc2": 0.01}
+    model = pydsz.load(container.pack_model(lenet5, bounds, "all", gather_small=True, constants_rel=2.0 ** -10))
+    assert any(e.representation == "gathered" for e in model.entries)
+    tflite, stages = decode_timed(model)
+    assert tflite == model.tflite_bytes() and stages.total > 0
