@@ -1,10 +1,10 @@
 """A model's small float constants (layer biases, PReLU slopes, the constant operands of ADD, SUB and
-MUL) as one error-bounded stream: a gathered .dsz entry (doc/format.md).
+MUL), error-bounded in gathered .dsz entries (pydsz.gather, doc/format.md).
 
 Once the weights are compressed they are a large share of what is left of a small conv model
 (hand_recrop: 46 tensors, 1,132 values, 4.5 KB against a file of ~24 KB), and each alone is too
 small for a stream of its own, whose header and code table would cost more than it saves. Gathered,
-one header and one code table serve them all, and the rest of the model holds zeros in their place.
+one header and one code table serve many, and the rest of the model holds zeros in their place.
 
 Each is kept within a fraction of its own largest magnitude (a bias of 2 and a slope of 0.1 are
 parameters of different scales, as SZ's relative mode has it). That fraction is not assessed layer by

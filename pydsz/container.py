@@ -36,7 +36,6 @@ _ENTRY = struct.Struct("<QQIBBBBdQH")
 _CRC = struct.Struct("<I")
 _MAX_NDIM = 8
 _REPRESENTATIONS = {0: "dense", 1: "sparse", 2: "gathered"}
-_SPAN = struct.Struct("<QIf")  # a gathered entry's span: offset in the model, number of values, step
 # the table's dtype codes: the dtype a tensor is stored in, in the model and in its stream
 DTYPES = {0: "float32", 1: "float16", 2: "int8", 3: "uint8"}
 _DTYPE_CODES = {v: k for k, v in DTYPES.items()}
@@ -198,6 +197,13 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc", *,
     layers "all" also PReLU slopes and ADD/SUB/MUL operands: pydsz.constants), each within this
     fraction of its largest magnitude, gathered too; 0 keeps them in the lossless rest.
     """
+    return assemble(*encode_tensors(tflite_bytes, error_bounds, layers), layers, gather_small=gather_small,
+                    constants_rel=constants_rel)
+
+
+def encode_tensors(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") -> tuple:
+    """pack_model's encoding: (the parsed model, an entry per compressed weight buffer). assemble() then
+    writes the file, as often as the main job tries its constants, without encoding the weights again."""
     from .model import TFLiteModel  # the flatbuffer reader is only needed to encode
 
     data = bytes(tflite_bytes)
@@ -225,14 +231,20 @@ def pack_model(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc", *,
             nbytes=layer.nbytes, shape=tuple(w.shape), representation=representation,
             error_bound=bound, stream=stream, dtype=w.dtype.name,
         ))
+    return model, entries
+
+
+def assemble(model, entries: list, layers: str = "fc", *, gather_small: bool = False,
+             constants_rel: float = 0.0) -> bytes:
+    """The .dsz bytes of encode_tensors' model and entries, gathered as pack_model says."""
     if gather_small or constants_rel > 0:
         entries = _gathered(model, entries, gather_small, constants_rel, KINDS[layers])
-    return _serialize(len(data), _rest(data, [hole for e in entries for hole in e.holes]), entries)
+    return _serialize(len(model.data), _rest(model.data, [hole for e in entries for hole in e.holes]), entries)
 
 
 def _gathered(model, entries: list, kernels: bool, rel: float, kinds: tuple) -> list[TensorEntry]:
-    """`entries` with the model's constants within `rel` of their magnitudes and, if `kernels`, the small float kernels
-    whose own streams cost more, gathered (pydsz.gather)."""
+    """`entries` with the model's constants within `rel` of their magnitudes and, if `kernels`, the small
+    float kernels whose own streams cost more, gathered (pydsz.gather)."""
     candidates = [gather.Part(f"{e.name}:{'x'.join(map(str, e.shape))}", e.offset,
                               np.asarray(model.stored(model.layer(e.name))).reshape(-1), e.error_bound,
                               len(e.stream) + _ENTRY.size + 8 * len(e.shape) + len(e.name))
@@ -287,7 +299,7 @@ def _serialize(model_bytes: int, rest, entries: list[TensorEntry]) -> bytes:
                              e.error_bound, len(e.stream), len(name))
         table += struct.pack(f"<{len(e.shape)}Q", *e.shape) + name
         if e.representation == "gathered":
-            table += _CRC.pack(len(e.spans)) + b"".join(_SPAN.pack(*span) for span in e.spans)
+            table += gather.spans_bytes(e.spans)
     streams = b"".join(e.stream for e in entries)
     version = 3 if any(e.spans for e in entries) else 1 if all(e.dtype == "float32" for e in entries) else 2
     head = _HEADER.pack(MAGIC, version, 0, len(entries), len(table), model_bytes, len(rest_z), len(streams)) \
@@ -357,7 +369,8 @@ def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
         shape = struct.unpack(f"<{ndim}Q", table.take(8 * ndim))
         name = bytes(table.take(name_len)).decode("utf-8", "replace")
         codec.check_shape(shape, f"tensor {name}")
-        spans = _spans(table, name, ndim, math.prod(shape), DTYPES[dtype], offset, model_bytes) if rep == 2 else ()
+        spans = gather.read_spans(table.unpack, f"tensor {name}", ndim, math.prod(shape), DTYPES[dtype], offset,
+                                  model_bytes) if rep == 2 else ()
         if math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize != nbytes \
                 or (not spans and offset + nbytes > model_bytes):
             raise FormatError(f"tensor {name}: shape {shape} or place [{offset}, +{nbytes}) "
@@ -385,18 +398,6 @@ def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
     if declared != model_bytes:
         raise FormatError(f"the model's lossless section declares {declared} bytes, the header {model_bytes}")
     return version, model_bytes, rest, entries
-
-
-def _spans(table: _Reader, name: str, ndim: int, n: int, dtype: str, offset: int, model_bytes: int) -> tuple:
-    """A gathered entry's (offset, count, step) places, read after its name (gather.check_spans)."""
-    (count,) = table.unpack(_CRC)
-    if ndim != 1 or not 1 <= count <= n:
-        raise FormatError(f"tensor {name}: a gathered entry is one-dimensional with 1..{n} places, not {count}")
-    spans = tuple(table.unpack(_SPAN) for _ in range(count))
-    why = gather.check_spans(spans, n, dtype, offset, model_bytes)
-    if why:
-        raise FormatError(f"tensor {name}: {why}")
-    return spans
 
 
 def _decode_tensor(e: TensorEntry, out: np.ndarray | None = None) -> np.ndarray:
@@ -521,9 +522,9 @@ class DszModel:
         tensors = []
         for e in self.entries:
             # original_bytes: the tensor's bytes as the model stores them (2 per float16 value)
-            row = {"name": gather.label(e.name.split(",")) if e.spans else e.name, "buffer": e.buffer_index, "shape": list(e.shape), "dtype": e.dtype,
-                   "representation": e.representation, "error_bound": e.error_bound,
-                   "bound_unit": "steps" if e.dtype in ("int8", "uint8") else "absolute",
+            row = {"name": gather.label(e.name.split(",")) if e.spans else e.name, "buffer": e.buffer_index,
+                   "shape": list(e.shape), "dtype": e.dtype, "representation": e.representation,
+                   "error_bound": e.error_bound, "bound_unit": "steps" if e.dtype in ("int8", "uint8") else "absolute",
                    "original_bytes": e.nbytes, "compressed_bytes": len(e.stream),
                    "ratio": e.nbytes / max(len(e.stream), 1)}
             if e.representation == "sparse":

@@ -6,18 +6,20 @@ compressed kernels hold at most 300 weights) then spends more on headers than on
 biases and PReLU slopes (pydsz.constants) are too small for a stream each at all.
 
 Gathered, each part keeps its own bound: its values are quantized with its own step (twice the bound,
-a hair less so that the float32 rounding of the reconstruction stays within it), and the integers of
-all parts are coded together, losslessly, by one array stream with one code table. A decoder writes
-each span's integers times its step, rounded once to float32. A step of 0 means the span's values are
-the stream's own (a float16 stream of float16 constants at the entry's bound).
+a hair less so that the rounding of the reconstruction to the stored dtype stays within it), and the
+integers of several parts are coded together, losslessly, by one array stream with one code table. A
+decoder writes each span's integers times its step, rounded once to the stored dtype (float32 or
+float16: an entry holds one).
 
-Whether a kernel joins is decided by the bytes: the smallest kernels are added one at a time while the
-gathered stream grows by less than their own streams and table entries would cost.
+Which kernels join, and which parts share a stream, is decided by the bytes (choose): parts of alike
+integers share one, and a kernel whose own stream costs less keeps it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import struct
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -33,8 +35,9 @@ HEADROOM = 1 - 2.0 ** -20
 MAX_INTEGER = {"float32": 2 ** 24, "float16": 2 ** 11}
 # a kernel of more values than this keeps its own stream: its code table pays for itself
 MAX_VALUES = 16384
-# a span's (offset, count, step) in the table entry
-SPAN_BYTES = 16
+# a gathered table entry's spans: their count, then each one's offset in the model, count of values, step
+COUNT = struct.Struct("<I")
+SPAN = struct.Struct("<QIf")
 # a stream's header (array stream of one dimension: 56), data section fields (16) and table entry (48)
 STREAM_BYTES = 120
 # what a gathered stream's code table costs a symbol it codes, zstd-wrapped (hand_recrop's: 1 to 1.5)
@@ -50,6 +53,11 @@ class Part:
     values: np.ndarray
     bound: float
     own_bytes: int = 0  # its own stream and table entry, for a kernel that may join or not
+
+    @functools.cached_property
+    def quantized(self) -> Optional[tuple[np.ndarray, float]]:
+        """quantize(values, bound), computed once however many runs the part is tried in."""
+        return quantize(self.values, self.bound)
 
 
 def quantize(values: np.ndarray, bound: float) -> Optional[tuple[np.ndarray, float]]:
@@ -77,19 +85,29 @@ def dequantize(q: np.ndarray, step: float, dtype) -> np.ndarray:
         return (np.asarray(q, np.float64) * step).astype(dtype)
 
 
-def check_spans(spans: tuple, n: int, dtype: str, offset: int, model_bytes: int) -> str:
-    """Why (offset, count, step) spans read from a file are not a gathered entry's, or "": each of at
-    least one value and inside the model, together the stream's n values, the first at the entry's
-    offset, each step finite and positive, the dtype float32 or float16."""
+def spans_bytes(spans: tuple) -> bytes:
+    """A gathered entry's spans as its table entry holds them, after its name: their count, then each."""
+    return COUNT.pack(len(spans)) + b"".join(SPAN.pack(*span) for span in spans)
+
+
+def read_spans(unpack: Callable, what: str, ndim: int, n: int, dtype: str, offset: int, model_bytes: int) -> tuple:
+    """A gathered entry's spans read from a file with `unpack` (a struct -> its values, bounds-checked):
+    FormatError unless the dtype is float32 or float16, the entry one-dimensional, and its 1..n spans
+    each of at least one value and inside the model, together the stream's n values, the first at the
+    entry's offset, each step finite and positive."""
+    (count,) = unpack(COUNT)
+    if ndim != 1 or not 1 <= count <= n:
+        raise FormatError(f"{what}: a gathered entry is one-dimensional with 1..{n} places, not {count}")
+    spans = tuple(unpack(SPAN) for _ in range(count))
     if dtype not in MAX_INTEGER:
-        return f"a gathered entry holds float32 or float16 values, not {dtype}"
+        raise FormatError(f"{what}: a gathered entry holds float32 or float16 values, not {dtype}")
     itemsize = np.dtype(dtype).itemsize
     if any(c < 1 or o + c * itemsize > model_bytes for o, c, _ in spans) or sum(c for _, c, _ in spans) != n \
             or spans[0][0] != offset:
-        return f"its places do not fit a model of {model_bytes} bytes or do not hold its {n} values"
+        raise FormatError(f"{what}: its places do not fit a model of {model_bytes} bytes or do not hold its {n} values")
     if any(not (np.isfinite(step) and step > 0) for _, _, step in spans):
-        return "a step is not a positive number"
-    return ""
+        raise FormatError(f"{what}: a step is not a positive number")
+    return spans
 
 
 def scatter(out: np.ndarray, spans: tuple, values: np.ndarray, itemsize: int) -> None:
@@ -126,7 +144,7 @@ def named(names: list, spans: tuple, values: np.ndarray) -> dict:
 def encode(parts: list) -> Optional[tuple[bytes, tuple]]:
     """One stream of the parts' integers, and the (offset, count, step) span of each part; None where a
     part's bound is too fine to gather (quantize)."""
-    quantized = [quantize(p.values, p.bound) for p in parts]
+    quantized = [p.quantized for p in parts]
     if any(q is None for q in quantized):
         return None
     q = np.concatenate([q for q, _ in quantized])
@@ -145,15 +163,10 @@ def choose(fixed: list, kernels: list) -> list:
     programming over estimated bytes (codes at the run's order-0 entropy, a code table of TABLE_BYTES a
     symbol, STREAM_BYTES of headers), where a kernel may also keep its own stream; the runs are then
     encoded."""
-    pool, own = [], []
-    for part in list(fixed) + [k for k in kernels if k.values.size <= MAX_VALUES]:
-        found = quantize(part.values, part.bound)
-        if found is None:
-            if not part.name:
-                return []  # constants too fine for float32 steps stay in the rest
-            continue
-        pool.append((part, found[0]))
-        own.append(part.own_bytes if part.name else np.inf)
+    # the fixed parts quantize (groups checked), a kernel that does not keeps its own stream
+    pool = [(p, p.quantized[0]) for p in list(fixed) + [k for k in kernels if k.values.size <= MAX_VALUES]
+            if p.quantized is not None]
+    own = [p.own_bytes if p.name else np.inf for p, _ in pool]
     order = sorted(range(len(pool)), key=lambda i: float(np.mean(np.abs(pool[i][1]))))
     pool, own = [pool[i] for i in order], [own[i] for i in order]
     symbols = np.unique(np.concatenate([q for _, q in pool])) if pool else np.zeros(0)
@@ -167,7 +180,7 @@ def choose(fixed: list, kernels: list) -> list:
         counts, extra = np.zeros(symbols.size), 0.0
         for j in range(i - 1, -1, -1):  # the run [j, i), grown one part to the left at a time
             counts += hists[j]
-            extra += SPAN_BYTES + len(pool[j][0].name) + 1
+            extra += SPAN.size + len(pool[j][0].name) + 1
             used = counts[counts > 0]
             total = used.sum()
             bits = total * np.log2(total) - float(np.sum(used * np.log2(used)))
@@ -190,14 +203,17 @@ def choose(fixed: list, kernels: list) -> list:
 
 @dataclass
 class Group:
-    """One gathered entry: its span names ("" for a constant), stream, spans, largest bound, dtype, size."""
+    """One gathered entry: its span names ("" for a constant), stream, spans, largest bound and dtype."""
 
     names: list
     stream: bytes
     spans: tuple
     bound: float
     dtype: str
-    n: int
+
+    @property
+    def n(self) -> int:
+        return sum(count for _, count, _ in self.spans)
 
 
 def groups(model, kernels: list, rel: float, kinds: tuple, lossless_size: Callable) -> list:
@@ -214,9 +230,8 @@ def groups(model, kernels: list, rel: float, kinds: tuple, lossless_size: Callab
             parts = [Part("", model.place(b)[0], a, bound)
                      for b, a, bound in zip(buffers, arrays, constants.bounds(arrays, rel))]
             coded = encode(parts)
-            if coded is not None and len(coded[0]) + SPAN_BYTES * len(parts) < lossless_size(np.concatenate(arrays)):
+            if coded is not None and len(coded[0]) + SPAN.size * len(parts) < lossless_size(np.concatenate(arrays)):
                 fixed = parts
         for parts, stream, spans in choose(fixed, [k for k in kernels if k.values.dtype == dtype]):
-            out.append(Group([p.name for p in parts], stream, spans, max(p.bound for p in parts), dtype,
-                             sum(p.values.size for p in parts)))
+            out.append(Group([p.name for p in parts], stream, spans, max(p.bound for p in parts), dtype))
     return out

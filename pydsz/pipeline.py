@@ -237,6 +237,7 @@ def compress(
     attempts: list[dict] = []
     trials = 0  # evaluations of the verification's tightening steps
     slack = 0.0  # loss the interpreter measured beyond the fast path's (float rounding)
+    kind = selection.container_kind(layers)
     while True:
         m = evaluator.measure(evaluator.weights_at(bounds))
         at_risk = budget.risk(m.loss, m.noise)
@@ -248,16 +249,17 @@ def compress(
             bounds, tried = _tighten(executor, table, bounds, allowed - slack, at_risk, margin)
             trials += tried
             continue
-        dsz = container.pack_model(_encoded_model(evaluator, bounds), container.stored_bounds(model, bounds),
-                                   layers=selection.container_kind(layers), gather_small=True)
+        packed = container.encode_tensors(_encoded_model(evaluator, bounds), container.stored_bounds(model, bounds),
+                                          kind)
+        dsz = container.assemble(*packed, kind, gather_small=True)
         attempt["measured_loss"] = measured = evaluator.measure_model(container.load(dsz).tflite_bytes()).loss
         if measured <= allowed or max_size is not None or lossless:
             break
         slack = max(slack, measured - m.loss)
-    constants_rel = 0.0
+    constants_rel, tries = 0.0, 0
     if max_size is None:
-        found = _gather_constants(evaluator, model, chosen, bounds, layers, budget, allowed,
-                                  budget.risk(measured, m.noise), dsz)
+        tries, found = _gather_constants(evaluator, packed, chosen, bounds, layers, budget, allowed,
+                                         budget.risk(measured, m.noise), dsz)
         if found:
             dsz, measured, constants_rel = found
             attempts.append({"constants_rel": constants_rel, "measured_loss": measured})
@@ -269,7 +271,7 @@ def compress(
         allowed=allowed, model_bytes=len(data), spent=spent, margin=margin, attempts=attempts,
         fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
         evaluations=(assessment.evaluations + trials + sum("bounds" in a for a in attempts)
-                     + sum("measured_loss" in a for a in attempts)),
+                     + sum("bounds" in a and "measured_loss" in a for a in attempts) + tries),
         evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
         compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
         assessment=assessment.layers, below_floor=selection.below_floor(model, layers, min_layer_bytes),
@@ -277,27 +279,28 @@ def compress(
     )
 
 
-def _gather_constants(evaluator: Evaluator, model: TFLiteModel, chosen: list, bounds: dict, layers: str,
-                      budget: Budget, allowed: float, risk_before: float, dsz: bytes) -> Optional[tuple]:
+def _gather_constants(evaluator: Evaluator, packed: tuple, chosen: list, bounds: dict, layers: str,
+                      budget: Budget, allowed: float, risk_before: float, dsz: bytes) -> tuple[int, Optional[tuple]]:
     """The verified .dsz with the model's small constants gathered too (pydsz.constants), each within
     the coarsest relative bound tried whose decoded model is still within the budget, its margin
     included (or, where the weights alone already measured beyond the margin, no riskier than they
-    were): (dsz, measured loss, relative bound), or None where that is not smaller than `dsz`, the
-    file without them. Each bound tried is one evaluation of the decoded model. Layers chosen by name
-    change nothing else: their selection gathers nothing."""
+    were): (bounds tried, (dsz, measured loss, relative bound) or None where none is or the file is not
+    smaller than `dsz`, the one without them). packed: container.encode_tensors' model and entries of
+    `dsz`, assembled again with each bound instead of encoded again. Each bound tried is one evaluation
+    of the decoded model. Layers chosen by name change nothing else: their selection gathers nothing."""
     if layers not in selection.KINDS:
-        return None
+        return 0, None
     floats = {l.name for l in chosen if l.stored_dtype not in INTEGER_TYPES}
-    encoded = _encoded_model(evaluator, bounds)
+    tries = 0
     for rel in constants.candidates(bounds, floats):
-        smaller = container.pack_model(encoded, container.stored_bounds(model, bounds), layers=layers,
-                                       gather_small=True, constants_rel=rel)
+        smaller = container.assemble(*packed, layers, gather_small=True, constants_rel=rel)
         if len(smaller) >= len(dsz):
-            return None  # nothing to gather, or not worth it at the coarsest bound
+            break  # nothing to gather, or not worth it at the coarsest bound
+        tries += 1
         m = evaluator.measure_model(container.load(smaller).tflite_bytes())
         if m.loss <= allowed and budget.risk(m.loss, m.noise) <= max(allowed, risk_before):
-            return smaller, m.loss, rel
-    return None
+            return tries, (smaller, m.loss, rel)
+    return tries, None
 
 
 def _point(table: dict, name: str, bound: float) -> Point:
