@@ -312,6 +312,26 @@ def test_gpu_forward_matches_numpy(gpu):
 
 
 @pytest.mark.gpu
+def test_gpu_first_call_may_be_an_upload(gpu):
+    """In a fresh process nothing has compiled the kernels yet: dsz prune --device gpu's first GPU call is
+    the teacher's forward, which uploads weights first (a real H200 refused that with "invalid device
+    context" until the upload made the context current)."""
+    import os
+    import sys
+
+    script = ("import numpy as np\n"
+              "from types import SimpleNamespace as L\n"
+              "from pydsz.gpu import train\n"
+              "w = np.eye(3, dtype=np.float32)\n"
+              "print(train.forward([L(name='fc1', weight=w, bias=np.zeros(3, np.float32), activation='NONE')],\n"
+              "                    np.arange(6, dtype=np.float32).reshape(2, 3)).tolist())\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ),
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]"
+
+
+@pytest.mark.gpu
 def test_gpu_running_mean_is_numpys(gpu):
     rng = np.random.default_rng(16)
     a = rng.standard_normal(1000).astype(np.float32)

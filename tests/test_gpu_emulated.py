@@ -86,7 +86,20 @@ def emu():
     spec = importlib.util.spec_from_file_location("cuda_emu", EMU / "cuda_emu.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    module.make_current()  # as pycuda.autoprimaryctx does
     return module
+
+
+def test_no_allocation_or_module_without_a_current_context():
+    spec = importlib.util.spec_from_file_location("cuda_emu_fresh", EMU / "cuda_emu.py")
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    with pytest.raises(fresh.LogicError, match="cuMemAlloc failed: invalid device context"):
+        fresh.to_gpu(np.ones(3))
+    with pytest.raises(fresh.LogicError, match="invalid device context"):
+        fresh.SourceModule(KERNELS, options=["-fmad=false"])
+    fresh.make_current()
+    assert fresh.to_gpu(np.ones(3)).get().tolist() == [1.0, 1.0, 1.0]
 
 
 @pytest.fixture(scope="module")

@@ -37,8 +37,9 @@ def activation_code(name: str) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def module():
-    """The compiled kernels, in the primary context of device 0 (made current on first use)."""
+def context() -> None:
+    """Make device 0's primary context current (once): every allocation and every module needs one,
+    and the first GPU call may be an upload (pycuda then fails with "invalid device context")."""
     from pydsz.gpu.device import missing
 
     why = missing()
@@ -48,6 +49,12 @@ def module():
         import pycuda.autoprimaryctx  # noqa: F401  (retains device 0's primary context)
     except ImportError:  # pycuda < 2021.1
         import pycuda.autoinit  # noqa: F401
+
+
+@functools.lru_cache(maxsize=None)
+def module():
+    """The compiled kernels, in the primary context of device 0."""
+    context()
     from pycuda.compiler import SourceModule
 
     return SourceModule(KERNELS.read_text(), options=list(COMPILE_OPTIONS), no_extern_c=True)
@@ -69,18 +76,21 @@ def blocks(n: int) -> int:
 
 
 def to_gpu(a: np.ndarray, dtype=None):
+    context()
     from pycuda import gpuarray
 
     return gpuarray.to_gpu(np.ascontiguousarray(a, dtype=dtype))
 
 
 def empty(shape, dtype=np.float32):
+    context()
     from pycuda import gpuarray
 
     return gpuarray.empty(shape, dtype)
 
 
 def zeros(shape, dtype=np.float32):
+    context()
     from pycuda import gpuarray
 
     return gpuarray.zeros(shape, dtype)

@@ -62,6 +62,20 @@ def init(flags: int = 0) -> None:
     pass
 
 
+# pycuda.autoprimaryctx / autoinit make a context current; without one CUDA refuses allocations and
+# modules, as here (a real GPU found pydsz uploading before any import made one current)
+_current = {"context": False}
+
+
+def make_current() -> None:
+    _current["context"] = True
+
+
+def _need_context(call: str) -> None:
+    if not _current["context"]:
+        raise LogicError(f"{call} failed: invalid device context")
+
+
 class Device:
     def __init__(self, ordinal: int):
         if ordinal != 0:
@@ -95,6 +109,7 @@ class DeviceAllocation:
     AddressSanitizer, when loaded, poisons the byte after the end."""
 
     def __init__(self, nbytes: int):
+        _need_context("cuMemAlloc")
         p = ctypes.c_void_p()
         if _libc.posix_memalign(ctypes.byref(p), 256, nbytes):
             raise MemoryError(f"cannot allocate {nbytes} bytes")
@@ -210,6 +225,7 @@ def _build(unit: str, include_dirs) -> Path:
 
 class SourceModule:
     def __init__(self, source: str, options=None, no_extern_c: bool = False, include_dirs=()):
+        _need_context("cuModuleLoadDataEx")
         options = list(options or [])
         unknown = [o for o in options if o not in OPTIONS]
         if unknown or "-fmad=false" not in options:

@@ -1,4 +1,5 @@
-from cuda_emu import Device, init
+from cuda_emu import Device, init, make_current
 
 init()
 device = Device(0)
+make_current()
