@@ -40,6 +40,17 @@ def process() -> dict:
     return {"the process": held, "the codec at work": max(0, (peak() or 0) - held)}
 
 
+def cuda() -> dict:
+    """For a command on the GPU: the host memory the CUDA driver and pycuda take with the context and
+    the loaded kernels, as the growth of the resident set while they come (on an H200 such commands
+    peaked about 95 MiB above the bound that left this out)."""
+    from .gpu import _cuda
+
+    before = resident() or 0
+    _cuda.module()
+    return {"the CUDA context": max(0, (resident() or 0) - before)}
+
+
 def resident() -> Optional[int]:
     """This process's resident bytes now (Linux), None where it cannot be read."""
     try:

@@ -33,6 +33,8 @@ def cmd_compress(args) -> None:
     process = footprint.process()
     cache.set_limit(args.max_cache_memory)
     device = resolve_device(args)
+    if device == "gpu":
+        process.update(footprint.cuda())
     model = load_tflite(args.model)
     x, y = data_for(args, model)
     if args.train and not args.prune:
@@ -147,6 +149,8 @@ def cmd_prune(args) -> None:
         if isinstance(args.sparsity, tuple):
             raise InputError(f"n:m sparsity {args.sparsity[0]}:{args.sparsity[1]} needs --method oneshot")
         device = resolve_device(args)
+        if device == "gpu":
+            process.update(footprint.cuda())
         train, val = load_npz(args.train), load_npz(args.data)
         result = prune_model(model, train, val, args.sparsity, epochs=args.epochs, auto_budget=args.auto_budget,
                              distill=args.distill, progress=not args.quiet, num_threads=args.num_threads,
