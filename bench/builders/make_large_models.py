@@ -66,11 +66,11 @@ SPECS = {
 FC = (4096, 4096, 10)  # fc6, fc7, fc8 outputs
 
 
-def model_path(name: str, progress: bool = True) -> Path:
+def model_path(name: str, progress: bool = True, num_threads: int = 2) -> Path:
     """The cached .tflite of `name` ("alexnet" or "vgg16"), built first when it is missing."""
     path = CACHE / f"{name}.tflite"
     if not path.exists():
-        build(SPECS[name], progress=progress)
+        build(SPECS[name], progress=progress, num_threads=num_threads)
     return path
 
 
@@ -257,8 +257,8 @@ def _flatbuffer(tensors, ops, offsets, sizes) -> bytes:
     return bytes(b.Output())
 
 
-def build(spec: Spec, progress: bool = True) -> Path:
-    """Build, train and cache one model; returns its path."""
+def build(spec: Spec, progress: bool = True, num_threads: int = 2) -> Path:
+    """Build, train and cache one model; returns its path (num_threads: the interpreter's)."""
     from pydsz import runtime
     from pydsz.data import fashion_mnist, split_validation
     from pydsz.model import TFLiteModel
@@ -278,7 +278,7 @@ def build(spec: Spec, progress: bool = True) -> Path:
     model = TFLiteModel(untrained.read_bytes())
     untrained.unlink()
     features = Tail.from_model(model, "fc1", strict=True).input_tensor
-    h = runtime.capture(model.data, x[..., None].astype(np.float32), features, num_threads=2)
+    h = runtime.capture(model.data, x[..., None].astype(np.float32), features, num_threads=num_threads)
     del model
     captured = time.time() - start
     layers = retrain(layers, {}, h, y, epochs=spec.epochs, batch_size=spec.batch_size, seed=SEED, progress=progress)
@@ -287,8 +287,8 @@ def build(spec: Spec, progress: bool = True) -> Path:
     trained_path = CACHE / f"{spec.name}.trained.tflite"
     write_tflite(trained_path, spec, conv, layers)
     data = trained_path.read_bytes()
-    top1_val = runtime.accuracy(data, x_val[..., None].astype(np.float32), y_val, num_threads=2)
-    top1 = runtime.accuracy(data, x_test[..., None].astype(np.float32), y_test, num_threads=2)
+    top1_val = runtime.accuracy(data, x_val[..., None].astype(np.float32), y_val, num_threads=num_threads)
+    top1 = runtime.accuracy(data, x_test[..., None].astype(np.float32), y_test, num_threads=num_threads)
     record = {"model": spec.name, "file_bytes": len(data), "features": spec.features,
               "fc_shapes": [list(l.weight.shape) for l in layers],
               "fc_float32_bytes": int(sum(l.weight.nbytes + l.bias.nbytes for l in layers)),

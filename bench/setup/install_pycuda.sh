@@ -10,7 +10,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 rm -rf /tmp/pycuda-src && mkdir -p /tmp/pycuda-src
 tar xzf .whl/pycuda-*.tar.gz -C /tmp/pycuda-src --strip-components 1
-CURAND=--cuda-enable-curand
+# CURAND is on by default: the option is there only to turn it off
+CURAND=
 [ -f "$CUDA_ROOT/include/curand.h" ] || CURAND=--no-cuda-enable-curand
 # -lcuda needs an unversioned libcuda.so: the toolkit's stub, else a link to the driver's library
 mkdir -p /tmp/cudalib
