@@ -244,6 +244,32 @@ def test_auto_climbs_the_ladder(fmnist):
     assert result.top1_before - result.top1_after <= 0.05 + 1e-9
 
 
+def test_auto_bisects_above_the_brief_choice_by_full_retraining(fmnist):
+    import re
+
+    from pydsz.data import bundled
+    from pydsz.prune import prune_model
+
+    # one-epoch trials lose far more than four epochs of retraining do: the full retrainings go higher
+    data = bundled("lenet300.tflite").read_bytes()
+    result = prune_model(data, *fmnist, "auto", epochs=4, auto_budget=0.02)
+    family = next(re.fullmatch("auto chose the (.*) plan", n).group(1) for n in result.notes
+                  if re.fullmatch("auto chose the (.*) plan", n))
+    brief = _plan(next(n for n in result.notes if n.startswith(f"auto, {family}: ")), result.sparsity)
+    bisected = next(n for n in result.notes if n.startswith("auto bisected"))
+    assert int(re.search(r": (\d+) step\(s\) up", bisected).group(1)) >= 1, result.notes
+    assert sum(result.sparsity.values()) > sum(brief.values()) + 0.05, (brief, result.sparsity)
+    assert result.top1_before - result.top1_after <= 0.02 + 1e-9
+
+
+def _plan(note: str, layers) -> dict:
+    """The plan a note of auto names ("auto, per-layer: fc1=0.9, fc2=0.85 (...)"), 0 for layers it leaves out."""
+    import re
+
+    named = {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", note.split("(")[0].split(": ", 1)[1])}
+    return {name: named.get(name, 0.0) for name in layers}
+
+
 def test_auto_reports_a_validation_set_too_small_for_its_budget(fmnist):
     from pydsz.data import bundled
     from pydsz.prune import prune_model
