@@ -73,8 +73,9 @@ def bench_model(name: str, args, work: Path) -> dict:
     np.savez(val, x=four_d(x_val[:args.val_samples]), y=y_val[:args.val_samples])
     pruned, packed = work / f"{name}-pruned.tflite", work / f"{name}.dsz"
 
+    sparsity = args.sparsity or SPARSITY[name]
     prune = run_step(["prune", path, "--method", "retrain", "--train", train, "--data", val, "--sparsity",
-                      SPARSITY[name], "--epochs", args.epochs, "--device", args.device,
+                      sparsity, "--epochs", args.epochs, "--device", args.device,
                       "--num-threads", args.num_threads, "-o", pruned])
     compress = run_step(["compress", pruned, "--data", val, "--max-loss", args.max_loss, "--device", args.device,
                          "--num-threads", args.num_threads, "--report", work / name, "-o", packed])
@@ -84,7 +85,7 @@ def bench_model(name: str, args, work: Path) -> dict:
     f32 = path.stat().st_size  # every constant is float32; the flatbuffer around them is a few KB
     return {
         "model": name, "fc_shapes": made["fc_shapes"], "model_float32_bytes": f32,
-        "fc_ratio": report["totals"]["ratio"], "deepsz_fc_ratio": DEEPSZ[name], "sparsity": SPARSITY[name],
+        "fc_ratio": report["totals"]["ratio"], "deepsz_fc_ratio": DEEPSZ[name], "sparsity": sparsity,
         "top1_test": top1, "top1_loss_points": round(100 * (top1["original"] - top1["compressed"]), 2),
         "seconds": {"prune": prune["seconds"], "compress": compress["seconds"]},
         "peak_mib": {"prune": prune["peak_mib"], "compress": compress["peak_mib"]},
@@ -128,6 +129,7 @@ def main() -> None:
     parser.add_argument("--train-samples", type=int, default=10000, help="retraining images (default 10000)")
     parser.add_argument("--val-samples", type=int, default=2000, help="validation images compress decides on")
     parser.add_argument("--epochs", type=float, default=1, help="retraining epochs (default 1)")
+    parser.add_argument("--sparsity", help="dsz prune's --sparsity instead of the paper's (one model per run)")
     parser.add_argument("--max-loss", type=float, default=0.003)
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu", "auto"),
                         help="where prune retrains and compress evaluates the FC tail (default cpu)")
