@@ -117,7 +117,7 @@ def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, e
     """The full retraining of auto's plan, checked on the validation labels against the unpruned tail.
     The brief trials only rank plans: a retraining compressed into one epoch loses many times what the
     full one loses (LeNet-300-100 at 94/92/50%: 150 validation samples after one epoch, 65 after four,
-    about 6 after 24), so their choice is a floor. A plan that loses more than the budget allows steps
+    about 20 after 24), so their choice is a floor. A plan that loses more than the budget allows steps
     down its family until one does (nothing pruned at the bottom); one that keeps within it bisects the
     rest of the family above it, a full retraining of the same schedule each step (at most CLIMB).
     Returns the layers, the plan kept and its schedule."""
