@@ -28,6 +28,7 @@ README_END = "<!-- end of generated text -->"
 # fully connected layers' size, as bench/reference.py quotes DeepSZ (HPDC 2019) and the project's
 # anchors quote Deep Compression (ICLR 2016).
 DEEPSZ = {"LeNet-300-100": 55.8, "LeNet-5": 57.3, "AlexNet": 45.5, "VGG-16": 115.6}
+LARGE_SPARSITY = {"alexnet": "fc1=0.91,fc2=0.91,fc3=0.75", "vgg16": "fc1=0.96,fc2=0.96,fc3=0.77"}  # the paper's
 DEEP_COMPRESSION = {"LeNet-300-100": 40, "LeNet-5": 39, "AlexNet": 35, "VGG-16": 49}
 
 
@@ -167,46 +168,42 @@ def section_anchors(runs: list) -> list:
 
 
 def section_large(large: dict) -> list:
-    s = large["rows"][0]["settings"]
     out = ["## AlexNet- and VGG-16-shaped models", ""]
-    out += source(f"python3 bench/builders/make_large_models.py alexnet vgg16 && python3 bench/large_models.py --models "
-                  f"alexnet vgg16 --train-samples {s['train_samples']} --val-samples {s['val_samples']} --epochs {s['epochs']}",
-                  "`bench/results/large_models.json`", "not recorded (the commit that wrote it, ac5197b, says: a quiet "
-                  "2-core machine)")
-    out += ["`make_large_models.py` builds the models without TensorFlow and caches them in `~/.cache/pydsz/large`: a",
-            "fixed seeded conv trunk to 6x6x256 / 7x7x512 features and the FC tail 4096x9216|25088 / 4096x4096 /",
-            "10x4096 trained by pydsz on Fashion-MNIST, every buffer out of line. `large_models.py` runs `dsz prune`",
-            f"at the paper's sparsities and `dsz compress --max-loss {s['max_loss']}` on {s['val_samples']:,} validation images,",
-            "each in its own process. Data and training differ from DeepSZ's ImageNet networks, and both tails",
-            f"were retrained for {s['epochs']} epochs only: the ratios are comparable in kind, not in value.", ""]
+    commands = []
+    for r in large["rows"]:
+        s = r["settings"]
+        extra = "" if r["sparsity"] == LARGE_SPARSITY[r["model"]] else f" --sparsity {r['sparsity']}"
+        commands.append(f"python3 bench/large_models.py --models {r['model']} --train-samples {s['train_samples']} "
+                        f"--val-samples {s['val_samples']} --epochs {s['epochs']}{extra}")
+    machines = ", ".join(f"{r['model']} on {r['settings'].get('device', 'cpu')}" for r in large["rows"])
+    out += [f"Commands (a row each): {' and '.join(f'`{c}`' for c in commands)}. JSON: "
+            f"`bench/results/large_models.json`. Machine: a shared 2-core machine ({machines}).", ""]
+    out += ["`bench/builders/make_large_models.py` builds the models without TensorFlow and caches them in",
+            "`~/.cache/pydsz/large`: a fixed seeded conv trunk to 6x6x256 / 7x7x512 features and the FC tail",
+            "4096x9216|25088 / 4096x4096 / 10x4096 trained by pydsz on Fashion-MNIST, every buffer out of line.",
+            "`large_models.py` runs `dsz prune --method retrain` (the paper's sparsities unless the row says",
+            "otherwise) and `dsz compress`, each in its own process, then top-1 on the 10,000 test images.",
+            "Data and training differ from DeepSZ's ImageNet networks: the ratios are comparable in kind, not in",
+            "value.", ""]
     rows = []
     for r in large["rows"]:
-        t, sec, peak, bound = r["top1_test"], r["seconds"], r["peak_mib"], r["bound_mib"]
-        rows.append([f"{'AlexNet' if r['model'] == 'alexnet' else 'VGG-16'}-shaped", r["sparsity"], f"{r['fc_ratio']:.1f}x",
-                     f"{r['deepsz_fc_ratio']}x", f"{pct(t['original'])} / {pct(t['pruned'])} / {pct(t['compressed'])}",
+        t, sec, peak, bound, s = r["top1_test"], r["seconds"], r["peak_mib"], r["bound_mib"], r["settings"]
+        rows.append([f"{'AlexNet' if r['model'] == 'alexnet' else 'VGG-16'}-shaped", r["sparsity"],
+                     f"{s['epochs']} x {s['train_samples']:,}", f"{r['fc_ratio']:.1f}x", f"{r['deepsz_fc_ratio']}x",
+                     f"{pct(t['original'])} / {pct(t['pruned'])} / {pct(t['compressed'])}",
+                     f"{-r['top1_loss_points']:+.2f}",
                      f"{sec['prune']:.0f} s, {peak['prune']} ({bound['prune']})",
                      f"{sec['compress']:.0f} s, {peak['compress']} ({bound['compress']})"])
-    out += table(["model", "sparsity", "FC ratio", "DeepSZ (ImageNet)", "test top-1 original / pruned / compressed",
+    out += table(["model", "sparsity", "retraining (epochs x images)", "FC ratio", "DeepSZ (ImageNet)",
+                  "test top-1 original / pruned / compressed", "compressed - original (points)",
                   "prune s, peak MiB (bound)", "compress s, peak MiB (bound)"], rows)
-    fc6_mib = 4 * large["rows"][-1]["fc_shapes"][0][0] * large["rows"][-1]["fc_shapes"][0][1] / 2 ** 20
     over = [f"the {r['model']} {k} by {r['peak_mib'][k] - r['bound_mib'][k]} MiB" for r in large["rows"]
             for k in ("prune", "compress") if r["peak_mib"][k] > r["bound_mib"][k]]
-    out += ["Both commands print their peak beside the bound: 3x the model's float32 bytes plus the most the cached",
-            "activations took at one time (the tail's input and each tail layer's input, `pydsz.cache`). What keeps",
-            "them there: prune keeps Adam's moments at the mask's kept weights only and computes the teacher's logits",
-            "1,024 samples at a time; the Evaluator keeps candidates' streams and decodes a pruned layer's candidate",
-            f"straight into the CSR the tail multiplies (no dense copy of fc6: {fc6_mib:.0f} MiB on VGG-16); `pack_model` copies only the bytes",
-            "around the compressed tensors; the interpreter runs batches of at most 32 MiB of tensors, and a model over",
-            "64 MiB runs on its builtin kernels, which use its weights where they are (XNNPACK repacks them).",
-            f"Over the bound: {', '.join(over)}: BLAS's per-thread buffers, Python's libraries and the training images"
-            " are a fixed ~130 MiB that the formula leaves out, and on a model this size they show." if over
-            else "Both stay within their bounds."]
-    out += ["`--max-cache-memory 2G` on `dsz compress` and `dsz prune` maps cached activations beyond that size to a",
-            "temporary file.", "",
-            "Not from this JSON: the memory work that brought these peaks down left the `.dsz` of a given pruned model",
-            "byte-identical (sha256 edab83f4... and c21d7af3..., commit ac5197b); the pruned models changed in their",
-            "last bits with the teacher's batch (validation top-1 unchanged), hence VGG-16's 108.0x here against",
-            "109.5x in the run before (commit 753a247, `bench/results/large_models.txt` there).", ""]
+    out += ["Both commands print their peak beside the bound they are meant to stay within (`pydsz.footprint`: the",
+            "process, the model's copies, the cached activations). " + (
+                f"Over the bound: {', '.join(over)}." if over else "Both stay within their bounds."),
+            "`--max-cache-memory 2G` on `dsz compress` and `dsz prune` maps cached activations beyond that size to a",
+            "temporary file.", ""]
     return out
 
 
