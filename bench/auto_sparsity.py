@@ -31,7 +31,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +38,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from machine import machine_info  # noqa: E402
+from results import of_fixed  # noqa: E402
 from pydsz import container, runtime  # noqa: E402
 from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.demo import REFERENCE, TRAIN_SIZE, run as demo_run  # noqa: E402
@@ -94,18 +94,6 @@ def lenet(case: str, budgets: list, methods=("fixed", "prune auto")) -> list:
                              time.perf_counter() - start, sparsity=split.sparsity, split=split.line(),
                              notes=split.notes, max_loss=budget))
     return rows
-
-
-def at_equal_loss(row: dict, rows: list) -> Optional[float]:
-    """The fixed schedules' ratio at `row`'s test loss (10k), linear between the two fixed rows of the same
-    case around it; None outside their range."""
-    fixed = sorted((r["test_loss"]["test10k"], r["ratio"]) for r in rows
-                   if r["case"] == row["case"] and r["method"].startswith("fixed"))
-    loss = row["test_loss"]["test10k"]
-    for (l0, r0), (l1, r1) in zip(fixed, fixed[1:]):
-        if l0 <= loss <= l1:
-            return r0 + (r1 - r0) * (loss - l0) / (l1 - l0) if l1 > l0 else max(r0, r1)
-    return fixed[0][1] if len(fixed) == 1 and abs(fixed[0][0] - loss) < 0.0005 else None
 
 
 def heldout(case: str, methods=("fixed", "auto", "prune auto", "one-shot", "all layers")) -> list:
@@ -164,13 +152,6 @@ def plot(rows: list, path: str) -> None:
         ax.set_ylabel("FC ratio", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-
-
-def of_fixed(row: dict, rows: list) -> str:
-    """An auto row's ratio as a share of the fixed schedules' at its test loss ("-" for fixed rows and
-    outside their range)."""
-    fixed = None if row["method"].startswith("fixed") else at_equal_loss(row, rows)
-    return f"{row['ratio'] / fixed:.0%}" if fixed else "-"
 
 
 def table(rows: list) -> str:

@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -593,6 +594,25 @@ def section_schedule(ls: dict) -> list:
     return out + table(["setting", "schedule", "val loss", "test loss", "test flips", "seconds"], rows)
 
 
+def at_equal_loss(row: dict, rows: list) -> Optional[float]:
+    """The fixed schedules' ratio at `row`'s test loss (10k), linear between the two fixed rows of the same
+    case around it; None outside their range."""
+    fixed = sorted((r["test_loss"]["test10k"], r["ratio"]) for r in rows
+                   if r["case"] == row["case"] and r["method"].startswith("fixed"))
+    loss = row["test_loss"]["test10k"]
+    for (l0, r0), (l1, r1) in zip(fixed, fixed[1:]):
+        if l0 <= loss <= l1:
+            return r0 + (r1 - r0) * (loss - l0) / (l1 - l0) if l1 > l0 else max(r0, r1)
+    return fixed[0][1] if len(fixed) == 1 and abs(fixed[0][0] - loss) < 0.0005 else None
+
+
+def of_fixed(row: dict, rows: list) -> str:
+    """An auto row's ratio as a share of the fixed schedules' at its test loss ("-" for fixed rows and
+    outside their range)."""
+    fixed = None if row["method"].startswith("fixed") else at_equal_loss(row, rows)
+    return f"{row['ratio'] / fixed:.0%}" if fixed else "-"
+
+
 def section_auto_sparsity(au: dict) -> list:
     out = ["## Studies: auto sparsity against fixed schedules", ""]
     cases = ",".join(dict.fromkeys(r["case"] for r in au["rows"]))
@@ -606,8 +626,6 @@ def section_auto_sparsity(au: dict) -> list:
             "(fixed, auto), the same 1.5 points in one command (prune auto), one-shot within 1 point and, for the",
             "CNNs, every layer within 2. Test loss on the user's 500 test images and on all 10,000, from the unpruned",
             "model. `code`: the commit that measured the row (`--methods` reruns some rows and keeps the others).", ""]
-    from auto_sparsity import of_fixed
-
     rows = [[r["case"], r["method"], f"{r['ratio']:.1f}x",
              points(r["test_loss"]["test"]) if "test" in r["test_loss"] else "-", points(r["test_loss"]["test10k"]),
              of_fixed(r, au["rows"]), ", ".join(f"{k}={v:.2f}" for k, v in r["sparsity"].items() if v), f"{r['seconds']:.0f}",
