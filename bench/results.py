@@ -705,8 +705,9 @@ def anchor(title: str) -> str:
     return keep.replace(" ", "-")
 
 
-def headline(ref: dict, anchors: list, large: dict, h2h: dict | None = None) -> list:
-    """The README's results: the reference table and a sentence on the anchors and the large models."""
+def headline(ref: dict, anchors: list, large: dict, h2h: dict | None = None, auto: dict | None = None) -> list:
+    """The README's results: the reference table and a sentence on the anchors, the large models and auto
+    sparsity."""
     minutes = sum(m["seconds"]["total"] for m in ref["models"].values()) / 60
     out = [f"DeepSZ's table on the bundled models, Fashion-MNIST (`python3 bench/reference.py --quiet`, {minutes:.0f}",
            f"minutes on {ref['machine']['cpus']} cores): prune and compress within {100 * ref['max_loss']:g} top-1 points of the unpruned",
@@ -728,7 +729,17 @@ def headline(ref: dict, anchors: list, large: dict, h2h: dict | None = None) -> 
             f"than DeepSZ as published ({against('DeepSZ')})",
             f"and than Deep Compression ({against('Deep Compression')}).",
             f"AlexNet- and VGG-16-shaped models on Fashion-MNIST (`python3 bench/large_models.py`) reach {a['fc_ratio']:.1f}x",
-            f"and {v['fc_ratio']:.1f}x (DeepSZ on ImageNet: {a['deepsz_fc_ratio']}x and {v['deepsz_fc_ratio']}x)."]
+            f"and {v['fc_ratio']:.1f}x, test top-1 {-a['top1_loss_points']:+.2f} and {-v['top1_loss_points']:+.2f} points "
+            f"against the unpruned models (DeepSZ on ImageNet: {a['deepsz_fc_ratio']}x and {v['deepsz_fc_ratio']}x)."]
+    if auto is not None:
+        shares = {case: [of_fixed(r, auto["rows"]) for r in auto["rows"]
+                         if r["case"] == case and r["method"].startswith("prune auto")]
+                  for case in ("lenet300", "lenet5")}
+        names = {"lenet300": "LeNet-300-100", "lenet5": "LeNet-5"}
+        out[-1] += (" `dsz compress --prune auto` against the hand schedules' ratio at equal test loss "
+                    "(`python3 bench/auto_sparsity.py`): " + "; ".join(
+                        f"{names[c]} {', '.join(x for x in v if x != '-')}" for c, v in shares.items()
+                        if any(x != "-" for x in v)) + ".")
     if h2h is not None:
         out += ["", "Conv models by others as given, against what users pick instead (`python3 bench/head_to_head.py`: "
                 "`dsz bench MODEL --layers all --data calib/ --test test/ --calibration hessian/ --normalize 0,1`),",
@@ -741,7 +752,7 @@ def readme_with_table(readme: str, root: Path = RESULTS) -> str:
     """README.md with its generated results replaced by what the JSON files give."""
     start, end = readme.index(README_BEGIN) + len(README_BEGIN), readme.index(README_END)
     body = headline(load("reference.json", root), [load(f"anchors_{n}.json", root) for n in ("lenet300", "lenet5")],
-                    load("large_models.json", root), load("head_to_head.json", root))
+                    load("large_models.json", root), load("head_to_head.json", root), load("auto_sparsity.json", root))
     return readme[:start] + "\n" + "\n".join(body) + "\n" + readme[end:]
 
 
