@@ -9,8 +9,8 @@ Two kinds of case:
   (pydsz.demo.run, bench/reference.py's rows). Auto: `dsz compress --prune auto --train`
   (pydsz.prune_compress.compress_pruned) at each budget of --max-loss: `dsz prune --sparsity auto` at 2/3
   of it, then compress with the rest. Auto and fixed are compared at equal test loss: the fixed rows'
-  ratio interpolated at the auto row's test loss ("of fixed at equal loss"; a single fixed row counts within
-  0.05 points of it; "-" otherwise).
+  ratio interpolated at the auto row's test loss ("of fixed at equal loss"; beyond their range the nearest
+  one's within 0.05 points; "-" otherwise).
 - Models trained elsewhere, as issue 23 met them (bench/builders/make_heldout_models.py: Keras MLPs and
   small CNNs on Fashion-MNIST, cached in $DSZ_HELDOUT_CACHE), with only 500 validation images for the
   decisions; judged on the 500 test images the user has and on all 10,000 (the 500 alone move by
