@@ -128,14 +128,17 @@ def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, e
     common = dict(epochs=epochs, seed=seed, progress=progress, teacher=teacher if distill else None,
                   distill=distill, device=device)
 
-    def lost(layers):
+    def measured(layers) -> tuple[int, int]:
+        """Validation samples lost net of those gained against the unpruned tail, and those changed."""
         hits = np.argmax(logits(layers, h_val, device), axis=1) == y_val
-        return int(np.sum(reference & ~hits)) - int(np.sum(~reference & hits))
+        return int(np.sum(reference & ~hits)) - int(np.sum(~reference & hits)), int(np.sum(reference != hits))
 
-    def beyond_noise(layers):  # within the budget with the budget's margin of the flips' noise
-        hits = np.argmax(logits(layers, h_val, device), axis=1) == y_val
-        net = int(np.sum(reference & ~hits)) - int(np.sum(~reference & hits))
-        return judged.within(net, math.sqrt(int(np.sum(reference != hits))), allowed)
+    def lost(layers):
+        return measured(layers)[0]
+
+    def within_margin(layers):  # within the budget with its margin of the flips' noise
+        net, changed = measured(layers)
+        return judged.within(net, math.sqrt(changed), allowed)
 
     index, stride = chosen.index, 1
     while index > 0:
@@ -153,7 +156,7 @@ def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, e
             more = dict(chosen.family[mid])
             trained = auto_retrain.retrain_as(schedule, dense, h, y, more, **common)
             tried += 1
-            if beyond_noise(trained):
+            if within_margin(trained):
                 lo, layers, targets = mid, trained, more
             else:
                 hi = mid - 1
