@@ -314,18 +314,24 @@ def selectable(model: TFLiteModel, kinds: Sequence[str]) -> list[Layer]:
             if layer.compressible and layer.stored_dtype == "FLOAT32" and not layer.shared_with]
 
 
-def rank_warnings(model: TFLiteModel, layers: Sequence[Layer], samples: int) -> list[str]:
-    """One line per layer whose H `samples` calibration inputs leave singular: fewer input rows
-    (samples x the layer's output positions) than the layer has inputs. Damping keeps H invertible,
-    but along the directions no sample spans it is the damping alone, so the compensation fits
-    those samples and is blind elsewhere."""
-    lines = []
+def rank_deficient(model: TFLiteModel, layers: Sequence[Layer], samples: int) -> list[tuple[Layer, int, int]]:
+    """(layer, rows, inputs) of each layer whose H `samples` calibration inputs leave singular: fewer
+    input rows (samples x the layer's output positions) than the layer has inputs. Damping keeps H
+    invertible, but along the directions no sample spans it is the damping alone, so the
+    compensation fits those samples and is blind elsewhere."""
+    found = []
     for layer in layers:
         out = model.tensors[layer.output].shape
         rows = samples * int(np.prod(out[:-1], dtype=np.int64))
         cols = layer.shape[1] * layer.shape[2] if _is_depthwise(layer) else int(np.prod(layer.shape[1:]))
         if rows < cols:
-            lines.append(f"layer {layer.name}: {samples} calibration samples give its Hessian rank {rows} at most, "
-                         f"of {cols} inputs: damping keeps it invertible, but the compensation fits these samples "
-                         f"only; give at least {-(-cols * samples // rows)} samples")
-    return lines
+            found.append((layer, rows, cols))
+    return found
+
+
+def rank_warnings(model: TFLiteModel, layers: Sequence[Layer], samples: int) -> list[str]:
+    """One line per rank-deficient layer (rank_deficient)."""
+    return [f"layer {layer.name}: {samples} calibration samples give its Hessian rank {rows} at most, "
+            f"of {cols} inputs: damping keeps it invertible, but the compensation fits these samples "
+            f"only; give at least {-(-cols * samples // rows)} samples"
+            for layer, rows, cols in rank_deficient(model, layers, samples)]

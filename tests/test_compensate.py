@@ -89,3 +89,19 @@ def test_a_sweep_order_is_the_same_problem_with_its_columns_permuted():
     # act-order's point: on inputs of very different scales, the layer's outputs move less
     proxy = lambda new: float(np.trace((w - new) @ h @ (w - new).T))  # noqa: E731
     assert proxy(ordered) < proxy(natural)
+
+
+def test_a_singular_layer_is_compensated_only_where_the_loss_can_see_its_fit():
+    tflite = bundled("lenet300.tflite").read_bytes()
+    x = load_npz(bundled("fmnist_val.npz"))[0]
+    fit = lambda a: runtime.fit_inputs(TFLiteModel(tflite).input_details(), a)  # noqa: E731
+    # 300 samples leave fc1's H (784 inputs) singular; fc2 (300) and fc3 (100) are spanned
+    for data, calibration in ((x[:300], None), (x[:300], x[:300]), (x[:400], x[100:400])):
+        compensator, warnings = compensate.for_model(tflite, ["fc1", "fc2", "fc3"], fit(data), calibration)
+        assert list(compensator.layers) == ["fc2", "fc3"]
+        assert any(w.startswith("layers not compensated: fc1:") for w in warnings)
+    # Hessians from other samples than most of the data: the loss measured there shows an overfit
+    compensator, warnings = compensate.for_model(tflite, ["fc1", "fc2", "fc3"], fit(x[:400]), x[250:550])
+    assert list(compensator.layers) == ["fc1", "fc2", "fc3"]
+    assert any(w.startswith("layer fc1: 300 calibration samples give its Hessian rank 300") for w in warnings)
+    assert not any("not compensated" in w for w in warnings)
