@@ -85,8 +85,16 @@ def test_output_error_is_the_relative_l2_error_and_ignores_scale(pair, scale):
     scaled = metric.losses(_outputs(scale * changed), _outputs(scale * reference), None)
     assert np.allclose(scaled, e, rtol=1e-9, atol=1e-12)
     norms = np.linalg.norm(reference, axis=1)
-    big = norms > 1e-3 * np.sqrt(np.mean(norms ** 2))
+    big = norms > metrics.FLOOR * np.sqrt(np.mean(norms ** 2))
     assert np.allclose(e[big], np.linalg.norm(noise, axis=1)[big] / norms[big])
+
+
+def test_output_error_measures_an_output_near_zero_against_a_tenth_of_its_typical_norm():
+    # a scalar score: two samples at 10, one near its decision boundary; each moves by 0.1
+    reference = np.array([[10.0], [-10.0], [0.01]])
+    e = metrics.get("output-error").losses(_outputs(reference + 0.1), _outputs(reference), None)
+    typical = np.sqrt(np.mean(np.square(reference)))
+    assert np.allclose(e, [0.01, 0.01, 0.1 / (0.1 * typical)])  # not 0.1 / 0.01 = 10
 
 
 def test_output_error_takes_the_worst_output_or_their_mean():

@@ -61,9 +61,13 @@ def _one_at_a_time(model: Path, x: np.ndarray) -> list:
 
 
 def _output_error(new: list, ref: list) -> float:
-    """pydsz's output-error by its definition: per sample and output ||new - ref|| / ||ref||, the
-    worst output per sample, the mean over samples (these outputs are never all-zero)."""
-    per = [np.linalg.norm(a - r, axis=1) / np.linalg.norm(r, axis=1) for a, r in zip(new, ref)]
+    """pydsz's output-error by its definition: per sample and output ||new - ref|| / ||ref||, ||ref||
+    no less than a tenth of the output's RMS norm over the samples, the worst output per sample, the
+    mean over samples (these outputs are never all-zero)."""
+    def floor(r):
+        norms = np.linalg.norm(r, axis=1)
+        return np.maximum(norms, 0.1 * np.sqrt(np.mean(norms ** 2)))
+    per = [np.linalg.norm(a - r, axis=1) / floor(r) for a, r in zip(new, ref)]
     return float(np.mean(np.max(np.stack(per), axis=0)))
 
 
