@@ -354,8 +354,10 @@ def section_head_to_head(h2h: dict) -> list:
                   machine(h2h["machine"]))
     out += ["`dsz bench --layers all` (pydsz/headtohead.py) on the MediaPipe models of `bench/MODELS-nonclassifier.md`:",
             "decisions on 64 calibration photos, judged on 64 other photos, the compensation's Hessians on a third",
-            "folder (the face models have none: calib/). Every method's whole file, zstd -19, against its output drift",
-            "on the test photos; per-channel int-b (TFLite's channel axis, b = 12..4) interpolated at pydsz's drift.",
+            "folder (the face models have none: calib/, so their layers whose Hessians those 64 photos leave singular",
+            "are not compensated). Every method's whole file, zstd -19, against its output drift on the test photos",
+            "(output-error: relative L2 of the worst output, an output below a tenth of its typical norm measured",
+            "against that tenth); per-channel int-b (TFLite's channel axis, b = 12..4) interpolated at pydsz's drift.",
             "The LiteRT Quantizer (litert-quantizer 0.11) quantizes none of these models' layers: their operator codes",
             "are only in the schema's deprecated field, which it does not read (it takes every op for ADD).",
             f"Budget {pct(h2h['max_loss'])}; the best pydsz variant within the target's drift limit is shown.", ""]
