@@ -111,8 +111,8 @@ def main(argv=None) -> int:
         rows.append([m["model"], len(m["layers"]), f"{total['stream']:,.0f}"]
                     + [f"{total[k]:,.0f} ({total[k] / total['stream'] - 1:+.1%})" if total["stream"] else "-"
                        for k in ("H0", "laplace_row", "laplace_rc")]
-                    + [f"{m['file_bytes']:,}", f"{m['file_rank_one']:,.0f}",
-                       f"{m['zstd19_of_model'] / m['file_bytes']:.2f}x -> {m['zstd19_of_model'] / m['file_rank_one']:.2f}x"])
+                    + [f"{m['file_bytes']:,}", f"{m['file_rank_one']:,.0f}", " -> ".join(
+                        f"{m['zstd19_of_model'] / b:.2f}x" for b in (m["file_bytes"], m["file_rank_one"]))])
     print(format_table(["model", "dense layers", "stream B", "H0", "Laplace row", "Laplace r x c", "file B (zstd -19)",
                         "with r x c", "vs zstd -19 of the model"], rows))
     RESULTS.write_text(json.dumps({"machine": machine_info(), "max_loss": args.max_loss, "models": models}, indent=1)
