@@ -22,6 +22,8 @@ the FC bytes; for pydsz it is the .dsz file's size. Encode seconds include each 
 
 from __future__ import annotations
 
+import copy
+
 import json
 import time
 from pathlib import Path
@@ -67,9 +69,22 @@ class Judge:
 
     def __call__(self, tflite: bytes) -> tuple[float, float]:
         """(value, loss from the model as given), the metric's unit."""
+        value, loss, _ = self.detail(tflite)
+        return value, loss
+
+    def detail(self, tflite: bytes) -> tuple[float, float, dict[str, float]]:
+        """(value, loss, {output: the loss of that output alone}): where a model of several outputs
+        spends its loss (the metric's loss of the worst output per sample can come from one of them
+        for one method and from another for the next)."""
         out = runtime.outputs(tflite, self.x, self.keys, num_threads=self.num_threads)
         losses = self.metric.losses(out, self.reference, self.y)
-        return self.metric.value(float(np.mean(losses))), float(np.mean(losses - self.base))
+        alone = {}
+        for key in self.metric.select(self.reference):
+            one = copy.copy(self.metric)
+            one.output = key
+            alone[key] = float(np.mean(one.losses(out, self.reference, self.y) - one.losses(self.reference,
+                                                                                              self.reference, self.y)))
+        return self.metric.value(float(np.mean(losses))), float(np.mean(losses - self.base)), alone
 
 
 class _Bench:

@@ -109,7 +109,10 @@ class HeadToHead:
         self.judges = [Judge(self.files.tflite, d, metric, num_threads) for d in (val, test)]
 
     def point(self, method: str, setting, tflite: bytes, file_bytes: int, encode_s: float, **extra) -> dict:
-        (val, val_loss), (test, test_loss) = (judge(tflite) for judge in self.judges)
+        val, val_loss = self.judges[0](tflite)
+        test, test_loss, alone = self.judges[1].detail(tflite)
+        if len(alone) > 1:  # which output the drift is on
+            extra = {"test_loss_by_output": alone, **extra}
         return {"method": method, "setting": setting, "file_bytes": file_bytes, "val_value": val,
                 "test_value": test, "val_loss": val_loss, "test_loss": test_loss, "encode_s": encode_s, **extra}
 
@@ -311,15 +314,22 @@ def _loss(info: dict, loss: Optional[float]) -> str:
 
 
 def table(info: dict) -> str:
-    """Every point: method, setting, zstd -19 bytes of the file, the file's ratio, val and test loss."""
+    """Every point: method, setting, zstd -19 bytes of the file, the file's ratio, val and test loss (and
+    each output's alone, for a model of several)."""
+    by_output = any("test_loss_by_output" in p for p in info["points"])
     rows = []
     for p in info["points"]:
         if "skipped" in p:
-            rows.append([p["method"], str(p["setting"]), "-", "-", "-", "-", "skipped: " + p["skipped"][:90]])
+            rows.append([p["method"], str(p["setting"]), "-", "-", "-", "-"] + ["-"] * by_output
+                        + ["skipped: " + p["skipped"][:90]])
             continue
+        alone = p.get("test_loss_by_output", {})
         rows.append([p["method"], str(p["setting"]), p["file_bytes"], f"{info['file_bytes'] / p['file_bytes']:.2f}x",
-                     _loss(info, p["val_loss"]), _loss(info, p["test_loss"]), p.get("note", "")[:60]])
-    return format_table(["method", "setting", "zstd-19 bytes", "file ratio", "val loss", "test loss", "note"], rows)
+                     _loss(info, p["val_loss"]), _loss(info, p["test_loss"])]
+                    + [", ".join(f"{k} {_loss(info, v)}" for k, v in alone.items())] * by_output
+                    + [p.get("note", "")[:60]])
+    return format_table(["method", "setting", "zstd-19 bytes", "file ratio", "val loss", "test loss"]
+                        + ["test loss by output"] * by_output + ["note"], rows)
 
 
 def comparison_table(info: dict) -> str:

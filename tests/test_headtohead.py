@@ -86,6 +86,7 @@ def test_every_method_is_judged_by_the_interpreter_on_the_whole_file(splits):
     assert "skipped" in by[headtohead.COMPENSATED, 0.02]  # no calibration inputs
     ours = by[headtohead.OURS, 0.02]
     assert ours["val_loss"] <= 0.02 and ours["file_bytes"] < by[headtohead.FLOAT16, "-"]["file_bytes"]
+    assert "test_loss_by_output" not in ours  # one output: its loss is the loss
     # int4 drifts more than int8 and its file is smaller; the interpreter measured both
     assert by[headtohead.INTB, 4]["test_loss"] > by[headtohead.INTB, 8]["test_loss"] > 0
     assert by[headtohead.INTB, 4]["file_bytes"] < by[headtohead.INTB, 8]["file_bytes"] < info["zstd19_bytes"]

@@ -379,3 +379,25 @@ def test_cli_bad_metric_or_data_is_one_line_and_writes_nothing(files, tmp_path, 
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dsz: error: ") and words in lines[0], result.stderr
     assert not out.exists()
+
+
+def test_a_judge_says_which_output_a_models_drift_is_on(multitask, multitask_data):
+    from pydsz.bench import Judge
+    from pydsz.headtohead import Files, _int_b
+
+    x, _ = multitask_data
+    judge = Judge(multitask, (x, None), metrics.get("output-error"), None)
+    changed = Files(multitask, "all").scheme(_int_b(5))[0]
+    value, loss, alone = judge.detail(changed)
+    assert (value, loss) == judge(changed) and sorted(alone) == ["box", "class", "mask"]
+    keys = [d["key"] for d in TFLiteModel(multitask).output_details()]
+    inputs = [x["pixels"], x["stats"]]
+    original, decoded = runtime.outputs(multitask, inputs, keys), runtime.outputs(changed, inputs, keys)
+    n = len(inputs[0])
+    for k in keys:
+        norms = np.linalg.norm(original[k].reshape(n, -1), axis=1)
+        floor = metrics.FLOOR * np.sqrt(np.mean(norms ** 2))
+        expect = np.linalg.norm((decoded[k] - original[k]).reshape(n, -1), axis=1) / np.maximum(norms, floor)
+        assert alone[k] == pytest.approx(float(np.mean(expect)), rel=1e-6)
+    # the worst output per sample, averaged, is at least each output's own average
+    assert loss >= max(alone.values()) > 0
