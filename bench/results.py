@@ -348,6 +348,29 @@ def head_to_head_rows(h2h: dict) -> list:
                   "int-b at that drift", "vs int-b", "vs zstd -19", "issue 28's target"], rows)
 
 
+def head_to_head_outputs(h2h: dict) -> list:
+    """For the models of several outputs: which output pydsz's best point and the int-b point of nearest test
+    drift spend it on (the drift is the worst output's, per sample)."""
+    lines = []
+    for m in h2h["models"]:
+        best = m["verdict"]["best"]
+        ours = next((p for p in m["points"] if best and p["method"] == best["method"]
+                     and p["setting"] == h2h["max_loss"] and "test_loss_by_output" in p), None)
+        intb = [p for p in m["points"] if p["method"] == "int-b per-channel" and "test_loss_by_output" in p]
+        if not ours or not intb:
+            continue
+        near = min(intb, key=lambda p: abs(p["test_loss"] - ours["test_loss"]))
+
+        def spent(p):
+            return ", ".join(f"{k} {pct(v)}" for k, v in p["test_loss_by_output"].items())
+        lines.append(f"- {m['model']}: {ours['method']} ({pct(ours['test_loss'])}) {spent(ours)}; int{near['setting']} "
+                     f"({pct(near['test_loss'])}) {spent(near)}.")
+    if not lines:
+        return []
+    return ["Where the drift is (test photos, each output alone; the drift above is the worst output's per sample):", ""] \
+        + lines + [""]
+
+
 def section_head_to_head(h2h: dict) -> list:
     out = ["## Against what users pick instead, on conv models by others", ""]
     out += source("python3 bench/head_to_head.py", "`bench/results/head_to_head.json` (plot: `head_to_head.png`)",
@@ -362,6 +385,7 @@ def section_head_to_head(h2h: dict) -> list:
             "are only in the schema's deprecated field, which it does not read (it takes every op for ADD).",
             f"Budget {pct(h2h['max_loss'])}; the best pydsz variant within the target's drift limit is shown.", ""]
     out += head_to_head_rows(h2h)
+    out += head_to_head_outputs(h2h)
     out += ["Every point (float16, int-b, int4 blockwise, the LiteRT recipes, each pydsz variant) is in the JSON;",
             "the targets: float32 models >= 1.5x smaller than int-b with test drift <= 1.5%, float16 ones >= 2x smaller",
             "than zstd -19 of the file with test drift <= 1%.", ""]
