@@ -23,7 +23,6 @@ the FC bytes; for pydsz it is the .dsz file's size. Encode seconds include each 
 from __future__ import annotations
 
 import copy
-
 import json
 import time
 from pathlib import Path
@@ -66,6 +65,12 @@ class Judge:
         self.reference = runtime.outputs(original, self.x, self.keys, num_threads=num_threads)
         metric.check(self.reference, self.y)
         self.base = metric.losses(self.reference, self.reference, self.y)
+        # the metric on each output alone, and its loss of the model as given
+        self.alone = {}
+        for key in metric.select(self.reference):
+            one = copy.copy(metric)
+            one.output = key
+            self.alone[key] = one, one.losses(self.reference, self.reference, self.y)
 
     def __call__(self, tflite: bytes) -> tuple[float, float]:
         """(value, loss from the model as given), the metric's unit."""
@@ -78,12 +83,8 @@ class Judge:
         for one method and from another for the next)."""
         out = runtime.outputs(tflite, self.x, self.keys, num_threads=self.num_threads)
         losses = self.metric.losses(out, self.reference, self.y)
-        alone = {}
-        for key in self.metric.select(self.reference):
-            one = copy.copy(self.metric)
-            one.output = key
-            alone[key] = float(np.mean(one.losses(out, self.reference, self.y) - one.losses(self.reference,
-                                                                                              self.reference, self.y)))
+        alone = {key: float(np.mean(one.losses(out, self.reference, self.y) - base))
+                 for key, (one, base) in self.alone.items()}
         return self.metric.value(float(np.mean(losses))), float(np.mean(losses - self.base)), alone
 
 
