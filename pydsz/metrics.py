@@ -260,7 +260,7 @@ class OutputError(Metric):
     itself, a score near zero or a nearly empty mask would turn a change no one sees into the
     largest error of the data set (face_landmark's face-presence logit: the same absolute change,
     0.034 on average, read as 0.33% on faces and 1.24% on profile crops whose logit is near 0, where
-    the probability moved by 0.01 at most). An output that is zero on every sample has no scale and
+    the probability moved by less than 0.02). An output that is zero on every sample has no scale and
     counts its absolute L2 error."""
 
     unit = "relative L2 error of the outputs (0.01 = 1%)"
