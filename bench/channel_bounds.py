@@ -61,7 +61,7 @@ def main(argv=None) -> int:
               if t["representation"] == "dense" and t["name"] in names]
     weights = {l.name: np.asarray(model.weight(l), np.float32) for l, _ in layers}
     stored = {l.name: np.asarray(model.stored(l)).dtype for l, _ in layers}
-    splits = {s: (runtime.fit_inputs(model.input_details(), d[s][0])) for s in ("calib", "test")}
+    splits = {s: runtime.fit_inputs(model.input_details(), d[s][0]) for s in ("calib", "test")}
     reference = {s: runtime.outputs(d["model"], x, keys) for s, x in splits.items()}
 
     def drift(tflite: bytes, split: str) -> float:
@@ -88,9 +88,9 @@ def main(argv=None) -> int:
     points = []
     for kind in ("one bound per layer", "per channel"):
         for f in FACTORS:
-            arrays, table, laplace = {}, 0, 0.0
+            arrays, table, laplace, chosen = {}, 0, 0.0, bounds(kind, f)
             for layer, _ in layers:
-                w, b = weights[layer.name], bounds(kind, f)[layer.name]
+                w, b = weights[layer.name], chosen[layer.name]
                 step = 2 * b.reshape(-1, *([1] * (w.ndim - 1)))
                 q = np.round(w / step)
                 arrays[layer.name] = (q * step).astype(stored[layer.name]).astype(np.float32)

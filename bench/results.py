@@ -360,9 +360,7 @@ def head_to_head_outputs(h2h: dict) -> list:
         if not ours or not intb:
             continue
         near = min(intb, key=lambda p: abs(p["test_loss"] - ours["test_loss"]))
-
-        def spent(p):
-            return ", ".join(f"{k} {pct(v)}" for k, v in p["test_loss_by_output"].items())
+        spent = lambda p: ", ".join(f"{k} {pct(v)}" for k, v in p["test_loss_by_output"].items())  # noqa: E731
         lines.append(f"- {m['model']}: {ours['method']} ({pct(ours['test_loss'])}) {spent(ours)}; int{near['setting']} "
                      f"({pct(near['test_loss'])}) {spent(near)}.")
     if not lines:
@@ -393,6 +391,12 @@ def section_head_to_head(h2h: dict) -> list:
 
 
 FLOAT16_MODELS = ("face_detection_short_range", "selfie_segmentation")
+CODERS = ("H0", "laplace_row", "laplace_rc")  # bench/value_coding.py's code lengths of a stream
+
+
+def coding_totals(model: dict) -> dict:
+    """A value_coding.json model's bytes summed over its dense streams: as stored, and under each coder."""
+    return {k: sum(l[k] for l in model["layers"]) for k in ("stream",) + CODERS}
 
 
 def section_value_coding(vc: dict) -> list:
@@ -405,10 +409,9 @@ def section_value_coding(vc: dict) -> list:
             "Gathered streams of small layers are left out.", ""]
     rows = []
     for m in vc["models"]:
-        total = {k: sum(l[k] for l in m["layers"]) for k in ("stream", "H0", "laplace_row", "laplace_rc")}
+        total = coding_totals(m)
         rows.append([m["model"], str(len(m["layers"])), f"{total['stream']:,}"]
-                    + [f"{total[k] / total['stream'] - 1:+.1%}" if total["stream"] else "-"
-                       for k in ("H0", "laplace_row", "laplace_rc")]
+                    + [f"{total[k] / total['stream'] - 1:+.1%}" if total["stream"] else "-" for k in CODERS]
                     + [f"{m['zstd19_of_model'] / m['file_bytes']:.2f}x", f"{m['zstd19_of_model'] / m['file_rank_one']:.2f}x"])
     out += table(["model", "dense streams", "their bytes", "H0", "Laplace per channel", "Laplace row x column",
                   "file vs zstd -19 today", "with row x column"], rows)

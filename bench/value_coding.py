@@ -33,6 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "bench" / "builders")
 
 import head_to_head  # noqa: E402
 from machine import machine_info  # noqa: E402
+from results import CODERS, coding_totals  # noqa: E402
 
 from pydsz import container, metrics  # noqa: E402
 from pydsz.baselines import lossless  # noqa: E402
@@ -107,10 +108,10 @@ def main(argv=None) -> int:
     models = [measure(name, args.cache, args.max_loss) for name in args.models.split(",")]
     rows = []
     for m in models:
-        total = {k: sum(l[k] for l in m["layers"]) for k in ("stream", "H0", "laplace_row", "laplace_rc")}
+        total = coding_totals(m)
         rows.append([m["model"], len(m["layers"]), f"{total['stream']:,.0f}"]
                     + [f"{total[k]:,.0f} ({total[k] / total['stream'] - 1:+.1%})" if total["stream"] else "-"
-                       for k in ("H0", "laplace_row", "laplace_rc")]
+                       for k in CODERS]
                     + [f"{m['file_bytes']:,}", f"{m['file_rank_one']:,.0f}", " -> ".join(
                         f"{m['zstd19_of_model'] / b:.2f}x" for b in (m["file_bytes"], m["file_rank_one"]))])
     print(format_table(["model", "dense layers", "stream B", "H0", "Laplace row", "Laplace r x c", "file B (zstd -19)",
