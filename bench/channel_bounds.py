@@ -95,7 +95,9 @@ def main(argv=None) -> int:
                 q = np.round(w / step)
                 arrays[layer.name] = (q * step).astype(stored[layer.name]).astype(np.float32)
                 runs = 1 + int(np.sum(b[1:] != b[:-1]))
-                table += len(lossless.zstd19(codec.compress_array(q.astype(np.float32).reshape(-1), 0.49)))
+                # the integers as pydsz.gather.encode codes a stream of them: step 1, no predictor
+                table += len(lossless.zstd19(codec.compress_array(q.astype(np.float32).reshape(-1), 0.5,
+                                                                  predictor="none")))
                 table += 16 * runs if runs > 1 else 0
                 rows = q.reshape(q.shape[0], -1)
                 laplace += (laplace_bits(rows, np.mean(np.abs(rows), axis=1, keepdims=True))
