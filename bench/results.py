@@ -339,13 +339,16 @@ def head_to_head_rows(h2h: dict) -> list:
         row = next((r for r in m["comparisons"] if best and r["method"] == best["method"]
                     and r["setting"] == h2h["max_loss"]), None)
         intb = row and row["sizes_at_equal_loss"].get("int-b per-channel")
+        noise = m.get("input_rounding")
         rows.append([m["model"], m["weights"][0].lower(), f"{m['zstd19_bytes']:,}",
                      best["method"] if best else "-", f"{best['file_bytes']:,}" if best else "-",
                      pct(best["test_loss"]) if best else "-", f"{intb:,.0f}" if intb else "not reached",
                      f"{row['advantage']['int-b per-channel']:.2f}x" if intb else "-",
-                     f"{row['vs_zstd19']:.2f}x" if row else "-", "met" if v["met"] else "not met"])
+                     f"{row['vs_zstd19']:.2f}x" if row else "-", "met" if v["met"] else "not met",
+                     pct(noise["test_drift"]) if noise else "-"])
     return table(["model", "weights", "zstd -19 of the file", "pydsz", "its file", "test drift",
-                  "int-b at that drift", "vs int-b", "vs zstd -19", "issue 28's target"], rows)
+                  "int-b at that drift", "vs int-b", "vs zstd -19", "issue 28's target",
+                  "input +-1/2 gray level"], rows)
 
 
 def head_to_head_outputs(h2h: dict) -> list:
@@ -383,6 +386,8 @@ def section_head_to_head(h2h: dict) -> list:
             "are only in the schema's deprecated field, which it does not read (it takes every op for ADD).",
             f"Budget {pct(h2h['max_loss'])}; the best pydsz variant within the target's drift limit is shown.", ""]
     out += head_to_head_rows(h2h)
+    out += ["The last column says what a drift means for each model: the original model's own test drift when",
+            "every input value moves by uniform noise within half a gray level, the photo's 8-bit rounding.", ""]
     out += head_to_head_outputs(h2h)
     out += ["Every point (float16, int-b, int4 blockwise, the LiteRT recipes, each pydsz variant) is in the JSON;",
             "the targets: float32 models >= 1.5x smaller than int-b with test drift <= 1.5%, float16 ones >= 2x smaller",
