@@ -17,7 +17,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from pydsz import auto_retrain, metrics, runtime, sparsity as planner
-from pydsz.budget import Budget
+from pydsz.budget import Budget, risk
 from pydsz.errors import InputError
 from pydsz.masks import ALREADY_SPARSE, AUTO_MARGIN, Sparsity, density, masks_for, sparsity_targets
 from pydsz.model import TFLiteModel
@@ -136,9 +136,15 @@ def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, e
     def lost(layers):
         return measured(layers)[0]
 
-    def within_margin(layers):  # within the budget with its margin of the flips' noise
+    # the climb keeps the most pruned of up to CLIMB noisy passes: each is judged at the margin that gives
+    # them together the confidence one pass has at the budget's own, or the luckiest pass would be kept
+    # (500 validation samples, 1-point budgets, one sd a pass: cnn-b climbed to 99% and lost 2.59 points
+    # on 10,000 test images, mlp-c 1.59)
+    climb_margin = judged.margin_of(CLIMB)
+
+    def within_margin(layers):  # within the budget with that margin of the flips' noise
         net, changed = measured(layers)
-        return judged.within(net, math.sqrt(changed), allowed)
+        return risk(net, math.sqrt(changed), climb_margin) <= allowed
 
     index, stride = chosen.index, 1
     while index > 0:

@@ -1,0 +1,45 @@
+"""The budget's margin for several looks (pydsz.budget.Budget.margin_of): the most favourable of k
+noisy passes kept must not pass an over-budget choice more often than one pass at the margin does."""
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+
+from pydsz import metrics
+from pydsz.budget import Budget
+
+
+def budget(margin):
+    return Budget(metrics.get("top1"), 0.01, margin)
+
+
+@pytest.mark.parametrize("margin", [0.5, 1.0, 2.0])
+def test_k_looks_at_the_wider_margin_fail_together_as_often_as_one_look(margin):
+    tail = 1 - NormalDist().cdf(margin)
+    previous = margin
+    for looks in range(1, 9):
+        z = budget(margin).margin_of(looks)
+        assert looks * (1 - NormalDist().cdf(z)) == pytest.approx(tail, rel=1e-9)
+        assert z >= previous  # more looks, more in hand
+        previous = z
+    assert budget(1.0).margin_of(4) == pytest.approx(1.754, abs=1e-3)
+
+
+def test_no_margin_stays_none_and_one_look_keeps_its_own():
+    assert budget(0.0).margin_of(4) == 0.0
+    assert budget(1.3).margin_of(1) == 1.3
+
+
+def test_the_luckiest_of_four_passes_keeps_the_confidence_of_one():
+    # a choice exactly at the budget, measured four times with independent noise, the most favourable
+    # measurement kept: at the plain 1 sd it passes three times as often as one measurement does
+    # (1 - (1 - 0.159)^4 = 0.50 against 0.159); at margin_of(4) no more often
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal((200_000, 4))
+    one = float(np.mean(noise[:, 0] > 1.0))
+    plain = float(np.mean((noise > 1.0).any(axis=1)))
+    widened = float(np.mean((noise > budget(1.0).margin_of(4)).any(axis=1)))
+    assert plain > 2.5 * one
+    assert widened <= one + 3 * math.sqrt(one / len(noise))
