@@ -64,6 +64,13 @@ class Budget:
         normal = NormalDist()
         return normal.inv_cdf(1 - (1 - normal.cdf(self.margin)) / looks)
 
+    def noisy(self, n: int) -> bool:
+        """Whether a discrete budget lets fewer than FEW_SAMPLES changed samples of n through, its noise
+        margin included: the decisions then rest on a handful of samples (`warnings` says so)."""
+        budget = self.metric.budget(self.max_loss)
+        return (self.metric.discrete and budget > 0
+                and math.floor(budget * n + 1e-6) < metrics.FEW_SAMPLES * (1 + self.margin))
+
     def warnings(self, n: int) -> list[str]:
         """Whether n samples can resolve the budget: InputError where the only possible answer would be
         to keep everything as it is; a warning where the decisions rest on very few samples."""
@@ -72,7 +79,7 @@ class Budget:
             one = 1 + margin  # a single changed sample as the decisions count it, noise margin included
             budget = metric.budget(max_loss)
             resolved = math.floor(budget * n + 1e-6)
-            if budget <= 0 or resolved >= metrics.FEW_SAMPLES * one:
+            if not self.noisy(n):
                 return []
             needed = math.ceil(metrics.FEW_SAMPLES * one / budget)
             name = self.option.lstrip("-")

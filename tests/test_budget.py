@@ -43,3 +43,10 @@ def test_the_luckiest_of_four_passes_keeps_the_confidence_of_one():
     widened = float(np.mean((noise > budget(1.0).margin_of(4)).any(axis=1)))
     assert plain > 2.5 * one
     assert widened <= one + 3 * math.sqrt(one / len(noise))
+
+
+def test_a_budget_of_a_handful_of_samples_is_noisy():
+    top1 = Budget(metrics.get("top1"), 0.01)  # 1 point, 1 sd: 5 of 500 samples, 50 of 5000
+    assert top1.noisy(500) and top1.warnings(500)
+    assert not top1.noisy(5000) and not top1.warnings(5000)
+    assert not Budget(metrics.get("output-error"), 0.01).noisy(64)  # continuous: no samples to count
