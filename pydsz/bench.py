@@ -65,27 +65,33 @@ class Judge:
         self.reference = runtime.outputs(original, self.x, self.keys, num_threads=num_threads)
         metric.check(self.reference, self.y)
         self.base = metric.losses(self.reference, self.reference, self.y)
-        # the metric on each output alone, and its loss of the model as given
+        # for a model of several outputs: the metric on each output alone, and its loss of the model as given
+        outputs = list(metric.select(self.reference))
         self.alone = {}
-        for key in metric.select(self.reference):
+        for key in outputs if len(outputs) > 1 else ():
             one = copy.copy(metric)
             one.output = key
             self.alone[key] = one, one.losses(self.reference, self.reference, self.y)
 
     def __call__(self, tflite: bytes) -> tuple[float, float]:
         """(value, loss from the model as given), the metric's unit."""
-        value, loss, _ = self.detail(tflite)
-        return value, loss
+        return self._judged(self._outputs(tflite))
 
     def detail(self, tflite: bytes) -> tuple[float, float, dict[str, float]]:
-        """(value, loss, {output: the loss of that output alone}): where a model of several outputs
-        spends its loss (the metric's loss of the worst output per sample can come from one of them
-        for one method and from another for the next)."""
-        out = runtime.outputs(tflite, self.x, self.keys, num_threads=self.num_threads)
-        losses = self.metric.losses(out, self.reference, self.y)
+        """(value, loss, {output: the loss of that output alone}, empty for a model of one output):
+        where a model of several outputs spends its loss (the metric's loss of the worst output per
+        sample can come from one of them for one method and from another for the next)."""
+        out = self._outputs(tflite)
         alone = {key: float(np.mean(one.losses(out, self.reference, self.y) - base))
                  for key, (one, base) in self.alone.items()}
-        return self.metric.value(float(np.mean(losses))), float(np.mean(losses - self.base)), alone
+        return (*self._judged(out), alone)
+
+    def _outputs(self, tflite: bytes) -> dict:
+        return runtime.outputs(tflite, self.x, self.keys, num_threads=self.num_threads)
+
+    def _judged(self, out: dict) -> tuple[float, float]:
+        losses = self.metric.losses(out, self.reference, self.y)
+        return self.metric.value(float(np.mean(losses))), float(np.mean(losses - self.base))
 
 
 class _Bench:

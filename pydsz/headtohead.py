@@ -111,7 +111,7 @@ class HeadToHead:
     def point(self, method: str, setting, tflite: bytes, file_bytes: int, encode_s: float, **extra) -> dict:
         val, val_loss = self.judges[0](tflite)
         test, test_loss, alone = self.judges[1].detail(tflite)
-        if len(alone) > 1:  # which output the drift is on
+        if alone:  # a model of several outputs: which output the drift is on
             extra = {"test_loss_by_output": alone, **extra}
         return {"method": method, "setting": setting, "file_bytes": file_bytes, "val_value": val,
                 "test_value": test, "val_loss": val_loss, "test_loss": test_loss, "encode_s": encode_s, **extra}
