@@ -148,20 +148,49 @@ def test_retraining_is_deterministic_and_leaves_its_input_alone():
     assert all(np.array_equal(l.weight, w) for l, w in zip(layers, before))
 
 
-def test_retraining_in_slices_equals_retraining_whole(monkeypatch):
-    """Adam, the gradient row blocks and the running mean (sparse for fc1) work slice by slice to
-    hold no layer-sized temporary: slices of 101 values must give the same bits as one slice."""
+def test_adam_in_slices_equals_adam_whole(monkeypatch):
+    """Adam's update runs elementwise slice by slice through small scratch buffers: elementwise float32
+    operations in the same order, so slices of 101 values give the same bits as one slice."""
+    from pydsz import masks, train
+
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((37, 29)).astype(np.float32)
+    grads = rng.standard_normal((5, 37, 29)).astype(np.float32)
+
+    def run():
+        opt, p = train._Adam(), w.copy()
+        for t, g in enumerate(grads, 1):
+            opt.t = t
+            opt.step("w", p, g, 1e-2)
+        return p
+
+    whole = run()
+    monkeypatch.setattr(masks, "SLICE", 101)
+    assert np.array_equal(run().view(np.uint32), whole.view(np.uint32))
+
+
+def test_retraining_in_slices_equals_retraining_whole_to_rounding(monkeypatch):
+    """The weight gradient is computed a block of rows at a time, so that no gradient the size of a
+    layer is held. Which sgemm kernel OpenBLAS picks at run time (and how it blocks the rows) decides
+    how each gradient's sum over the batch is associated, so blocks of 2 rows and one block agree only
+    to float32 rounding: each gradient to about sqrt(batch) ulps of its terms, which Adam's scale-free
+    steps carry into the weights as the same relative share of how far retraining moves them. Measured
+    across OpenBLAS's Haswell, Zen, SkylakeX, Sandybridge and Prescott kernels: at most 4e-6 of that
+    move; the bound below keeps 25x of room and is still a thousand times below a wrong result (a
+    skipped or twice-applied block moves a weight by the whole step)."""
     from pydsz import masks
 
     x, y, layers = _task(n=1000)
     run = lambda: retrain(layers, {}, x, y, epochs=1, targets={"fc1": 0.8}, teacher=layers)  # noqa: E731
     whole = run()
-    monkeypatch.setattr(masks, "SLICE", 101)  # gradient blocks of 2 rows (1 would be gemv, not gemm: other sums)
+    monkeypatch.setattr(masks, "SLICE", 101)  # gradient blocks of 2 rows
     sliced = run()
     assert density(sliced[0].weight) == pytest.approx(0.2, abs=1e-3)
-    for a, b in zip(whole, sliced):
-        assert np.array_equal(a.weight.view(np.uint32), b.weight.view(np.uint32))
-        assert np.array_equal(a.bias.view(np.uint32), b.bias.view(np.uint32))
+    for a, b, before in zip(whole, sliced, layers):
+        assert np.array_equal(a.weight != 0, b.weight != 0)  # the masks come from magnitudes: exact
+        moved = max(np.abs(a.weight - before.weight).max(), np.abs(a.bias - before.bias).max())
+        assert np.abs(a.weight - b.weight).max() <= 1e-4 * moved
+        assert np.abs(a.bias - b.bias).max() <= 1e-4 * moved
 
 
 def test_too_small_a_training_set_is_an_input_error():
