@@ -198,6 +198,8 @@ def test_reserved_bytes_checked():
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*_v*.bin")))
 def test_frozen_fixtures_decode_bit_exactly(name):
+    """Exact by construction: decoding is integer arithmetic and elementwise float operations in an
+    order the C code fixes (no BLAS, no reduction), so the bytes of an old file decode to the same bits on every machine."""
     decode = codec.decode_sparse if name.startswith("sparse_") else codec.decompress_array
     y = decode((FIXTURES / f"{name}.bin").read_bytes())
     expected = np.load(FIXTURES / f"{name}.npy")

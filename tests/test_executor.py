@@ -38,6 +38,8 @@ def _same(a, b):
 
 
 def test_a_local_dask_cluster_gives_the_same_points_bounds_and_bytes(val, local):
+    """Exact by construction: a worker runs the same evaluation on the same arrays with the same BLAS
+    as this process (only where it runs differs), so top-1's whole-sample losses and the bytes match."""
     cluster = executor.Dask(workers=2)
     try:
         _same(pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, 0.003, metric="top1",

@@ -1,5 +1,9 @@
 """The GPU path: device selection and the numpy reference everywhere; the kernels (marked gpu)
-where pycuda and a CUDA device are present, against the CPU answers they must reproduce."""
+where pycuda and a CUDA device are present, against the CPU answers they must reproduce.
+
+Bit-identity with the numpy reference is asserted where the kernels guarantee it: quantization codes,
+reconstruction and Adam are elementwise float32 operations in the reference's order (no sum whose
+association the hardware picks); sums (the tail's matrix products) are compared within a bound."""
 
 import ctypes
 import shutil
