@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 import pydsz
-from pydsz.data import bundled, load_npz
-from pydsz.runtime import make_interpreter, predict
+from pydsz.model.data import bundled, load_npz
+from pydsz.format.interpreter import make_interpreter
+from pydsz.model.runtime import predict
 
 SAMPLES = 1000
 

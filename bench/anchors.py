@@ -1,6 +1,6 @@
 """pydsz head to head with the anchors (DeepSZ, Deep Compression, TFLite quantization, zstd) on the
 bundled reference models: `dsz bench` on LeNet-300-100 and LeNet-5, pruned as bench/reference.py
-prunes them (pydsz.demo.REFERENCE: the first 55,000 Fashion-MNIST training images from
+prunes them (pydsz.compress.demo.REFERENCE: the first 55,000 Fashion-MNIST training images from
 Debian's dataset-fashion-mnist), budgets decided on the validation split, accuracy judged on the
 test split. Prints each model's table and writes bench/results/anchors_<model>.json and .png.
 
@@ -15,9 +15,9 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
-from pydsz import bench  # noqa: E402
-from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
-from pydsz.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.bench import anchors  # noqa: E402
+from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
+from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
 
 
 def main() -> int:
@@ -34,15 +34,15 @@ def main() -> int:
     for name in args.models.split(","):
         spec = REFERENCE[name]
         start = time.perf_counter()
-        info = bench.run(bundled(spec["file"]).read_bytes(), val, test, args.max_loss, train=train,
+        info = anchors.run(bundled(spec["file"]).read_bytes(), val, test, args.max_loss, train=train,
                          sparsity=spec["sparsity"], epochs=spec["epochs"], distill=spec["distill"],
                          title=spec["title"], progress=not args.quiet)
         info["seconds"] = time.perf_counter() - start
         stem = os.path.join(args.out, f"anchors_{name}")
-        bench.write_report(info, stem + ".json", stem + ".png")
-        lines = bench.summary_lines(info)
-        print(f"\n{lines[0]}\n{bench.main_table(info)}\n" + "\n".join(lines[1:]))
-        print(f"\n{bench.sweep_table(info)}\nwrote {stem}.json and .png ({info['seconds']:.0f} s)", flush=True)
+        anchors.write_report(info, stem + ".json", stem + ".png")
+        lines = anchors.summary_lines(info)
+        print(f"\n{lines[0]}\n{anchors.main_table(info)}\n" + "\n".join(lines[1:]))
+        print(f"\n{anchors.sweep_table(info)}\nwrote {stem}.json and .png ({info['seconds']:.0f} s)", flush=True)
     return 0
 
 

@@ -6,8 +6,8 @@ Two kinds of case:
 - The bundled LeNets (train: Fashion-MNIST's first 55,000 training images; decisions: the 5,000 validation
   images; judged on the 10,000 test images). Fixed: demo.REFERENCE's hand-chosen schedules (LeNet-300-100:
   94/92/50% and 96/93/70%), then compress within --max-loss 0.003 counted from the unpruned model
-  (pydsz.demo.run, bench/reference.py's rows). Auto: `dsz compress --prune auto --train`
-  (pydsz.prune_compress.compress_pruned) at each budget of --max-loss: `dsz prune --sparsity auto` at 2/3
+  (pydsz.compress.demo.run, bench/reference.py's rows). Auto: `dsz compress --prune auto --train`
+  (pydsz.compress.prune_compress.compress_pruned) at each budget of --max-loss: `dsz prune --sparsity auto` at 2/3
   of it, then compress with the rest. Auto and fixed are compared at equal test loss: the fixed rows'
   ratio interpolated at the auto row's test loss ("of fixed at equal loss"; beyond their range the nearest
   one's within 0.05 points; "-" otherwise).
@@ -41,13 +41,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from machine import machine_info  # noqa: E402
 from results import of_fixed  # noqa: E402
-from pydsz import container, runtime  # noqa: E402
-from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
-from pydsz.demo import REFERENCE, TRAIN_SIZE, run as demo_run  # noqa: E402
-from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.pipeline import compress  # noqa: E402
-from pydsz.prune import prune_model  # noqa: E402
-from pydsz.prune_compress import compress_pruned  # noqa: E402
+from pydsz.format import container
+from pydsz.model import runtime  # noqa: E402
+from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
+from pydsz.compress.demo import REFERENCE, TRAIN_SIZE, run as demo_run  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.compress.pipeline import compress  # noqa: E402
+from pydsz.prune.retraining import prune_model  # noqa: E402
+from pydsz.compress.prune_compress import compress_pruned  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 HELDOUT = Path(os.environ.get("DSZ_HELDOUT_CACHE", Path.home() / ".cache" / "pydsz" / "heldout"))

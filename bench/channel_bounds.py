@@ -32,10 +32,12 @@ import head_to_head  # noqa: E402
 from machine import machine_info  # noqa: E402
 from value_coding import SIDE_BITS, laplace_bits  # noqa: E402
 
-from pydsz import codec, container, metrics, runtime  # noqa: E402
-from pydsz.baselines import lossless  # noqa: E402
-from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.pipeline import compress  # noqa: E402
+from pydsz.format import codec, container
+from pydsz.budget import metrics
+from pydsz.model import runtime  # noqa: E402
+from pydsz.bench.baselines import lossless  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.compress.pipeline import compress  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "channel_bounds.json"
@@ -95,7 +97,7 @@ def main(argv=None) -> int:
                 q = np.round(w / step)
                 arrays[layer.name] = (q * step).astype(stored[layer.name]).astype(np.float32)
                 runs = 1 + int(np.sum(b[1:] != b[:-1]))
-                # the integers as pydsz.gather.encode codes a stream of them: step 1, no predictor
+                # the integers as pydsz.encode.gather.encode codes a stream of them: step 1, no predictor
                 table += len(lossless.zstd19(codec.compress_array(q.astype(np.float32).reshape(-1), 0.5,
                                                                   predictor="none")))
                 table += 16 * runs if runs > 1 else 0

@@ -28,12 +28,16 @@ sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path
 import numpy as np  # noqa: E402
 
 from machine import machine_info  # noqa: E402
-from pydsz import executor, metrics  # noqa: E402
-from pydsz.assess import Evaluator, Point, assess, compressible_layers  # noqa: E402
-from pydsz.budget import Budget  # noqa: E402
-from pydsz.data import bundled, fashion_mnist, load_data, load_npz, split_validation  # noqa: E402
-from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.masks import magnitude_mask  # noqa: E402
+from pydsz.assess import executor
+from pydsz.budget import metrics  # noqa: E402
+from pydsz.assess.evaluator import Evaluator
+from pydsz.assess.ladder import Point
+from pydsz.assess.plan import assess
+from pydsz.model.selection import compressible_layers  # noqa: E402
+from pydsz.budget.rule import Budget  # noqa: E402
+from pydsz.model.data import bundled, fashion_mnist, load_data, load_npz, split_validation  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.prune.masks import magnitude_mask  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 PROJECTED = (2, 8, 32, 128)
@@ -156,7 +160,7 @@ def main() -> int:
 
     start = time.perf_counter()
     local = Timed(executor.Local())
-    reference = assess(evaluator, names, budget, executor=local)
+    reference = assess(evaluator, names, budget, executor=local).table
     rows = [{"executor": "in process", "workers": 0, "seconds": time.perf_counter() - start, "identical": True,
              "tasks": len(local.seconds)}]
     per_task, seconds, points = None, {}, {}
@@ -169,7 +173,7 @@ def main() -> int:
             ready = time.perf_counter() - start_up
             timed = Timed(cluster)
             start = time.perf_counter()
-            table = assess(evaluator, names, budget, executor=timed)
+            table = assess(evaluator, names, budget, executor=timed).table
             wall = time.perf_counter() - start
             if workers == 1:
                 seconds, points = timed.seconds, timed.points
@@ -185,7 +189,7 @@ def main() -> int:
     projection = []
     for w in PROJECTED:
         simulated = Simulated(w, points, seconds, per_task)
-        same = assess(evaluator, names, budget, executor=simulated) == reference
+        same = assess(evaluator, names, budget, executor=simulated).table == reference
         projection.append({"workers": w, "seconds": simulated.clock, "tasks": simulated.tasks, "identical": same})
 
     print(f"{label}: {len(names)} layers, {evaluator.samples} samples, metric {metric.name} "

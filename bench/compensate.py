@@ -22,8 +22,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from label_free import models  # noqa: E402  (the same four models)
 from machine import machine_info  # noqa: E402
 
-from pydsz import container, pipeline, runtime  # noqa: E402
-from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
+from pydsz.format import container
+from pydsz.compress import pipeline
+from pydsz.model import runtime  # noqa: E402
+from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 

@@ -135,7 +135,7 @@ def bench_dtypes(weights, repeat: int) -> list:
 def sz3_file(values: np.ndarray, bound: float) -> bytes:
     """An in-memory HDF5 file holding values as one SZ3-compressed chunk at an absolute bound.
 
-    Reading the file back costs SZ3's decompression and little else; pydsz.baselines.sz3 first
+    Reading the file back costs SZ3's decompression and little else; pydsz.bench.baselines.sz3 first
     writes its stream into a fresh file, which would add to the baseline's time."""
     bio = io.BytesIO()
     with h5py.File(bio, "w") as f:

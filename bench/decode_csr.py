@@ -25,8 +25,8 @@ from tqdm import tqdm
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
 from machine import machine_info  # noqa: E402  (bench/machine.py)
-from pydsz import codec  # noqa: E402
-from pydsz.sparse import CSR  # noqa: E402
+from pydsz.format import codec  # noqa: E402
+from pydsz.model.sparse import CSR  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 LAYERS = [("AlexNet fc6", 4096, 9216, 0.09), ("VGG-16 fc6", 4096, 25088, 0.04)]

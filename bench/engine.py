@@ -43,9 +43,11 @@ sys.path[:0] = [str(ROOT), str(HERE), str(HERE / "builders")]
 import nonclassifier_data as nd  # noqa: E402
 from machine import machine_info  # noqa: E402
 
-from pydsz import container, metrics, runtime  # noqa: E402
-from pydsz.data import load_data  # noqa: E402
-from pydsz.model import TFLiteModel  # noqa: E402
+from pydsz.format import container
+from pydsz.budget import metrics
+from pydsz.model import runtime  # noqa: E402
+from pydsz.model.data import load_data  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 BASE = "b1ebc24"  # main before issue 27

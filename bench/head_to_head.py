@@ -4,7 +4,7 @@
 
 For each MediaPipe model of bench/builders/nonclassifier_data.py (float32: face_landmark, iris_landmark,
 hand_recrop; float16: face_detection_short_range, selfie_segmentation; each from its PyPI wheel) this
-runs `dsz bench --layers all` (pydsz.headtohead) in one process: the decisions on calib/ (64 photos),
+runs `dsz bench --layers all` (pydsz.bench.headtohead) in one process: the decisions on calib/ (64 photos),
 the judgement on test/ (64 other photos), the compensation's Hessians and the one-shot pruning on
 hessian/ (photos neither folder holds; the face models have none left, so theirs come from calib/).
 Every method's whole file, zstd -19, against its output drift on test/ (output-error: per sample the
@@ -39,9 +39,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "bench" / "builders")
 import nonclassifier_data as nd  # noqa: E402
 from machine import machine_info  # noqa: E402
 
-from pydsz import headtohead, metrics, runtime  # noqa: E402
-from pydsz.data import load_data  # noqa: E402
-from pydsz.model import TFLiteModel  # noqa: E402
+from pydsz.bench import headtohead
+from pydsz.budget import metrics
+from pydsz.model import runtime  # noqa: E402
+from pydsz.model.data import load_data  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

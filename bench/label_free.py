@@ -21,10 +21,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
-from pydsz import container, pipeline, runtime  # noqa: E402
-from pydsz.data import bundled, load_npz  # noqa: E402
-from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.masks import magnitude_mask  # noqa: E402
+from pydsz.format import container
+from pydsz.compress import pipeline
+from pydsz.model import runtime  # noqa: E402
+from pydsz.model.data import bundled, load_npz  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.prune.masks import magnitude_mask  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -12,7 +12,7 @@ and prints the FC layers' ratio next to DeepSZ's published 45.5x (AlexNet) and 1
 Those are ImageNet models trained for weeks; these have the same FC shapes but a fixed random conv
 trunk on Fashion-MNIST and a tail trained for minutes: the data and the training differ, so the
 ratios are comparable in kind, not in value. Each step's peak memory is checked against the bound the
-command itself prints (pydsz.footprint: the process, the model's copies, the cached activations).
+command itself prints (pydsz.compress.footprint: the process, the model's copies, the cached activations).
 
     python bench/large_models.py --models alexnet vgg16
 """
@@ -52,8 +52,9 @@ def run_step(args: list) -> dict:
 
 
 def evaluate(path: Path, x: np.ndarray, y: np.ndarray, num_threads: int) -> float:
-    from pydsz import runtime
-    from pydsz.container import load, read_file
+    from pydsz.model import runtime
+    from pydsz.format.container import load
+    from pydsz.format.files import read_file
 
     data = read_file(path)
     model = load(data).tflite_bytes() if path.suffix == ".dsz" else data
@@ -61,7 +62,7 @@ def evaluate(path: Path, x: np.ndarray, y: np.ndarray, num_threads: int) -> floa
 
 
 def bench_model(name: str, args, work: Path) -> dict:
-    from pydsz.data import fashion_mnist, split_validation
+    from pydsz.model.data import fashion_mnist, split_validation
 
     path = make_large_models.model_path(name, num_threads=args.num_threads)
     made = make_large_models.info(name)

@@ -4,7 +4,7 @@
 
 The question (issue 14): can the training reach 95-96% sparsity in LeNet-300-100's fc1 within ~0.15
 test points, so that compression can spend the rest of a 0.3-point budget? Each run prunes the FC
-tail with pydsz.train.retrain (gradual magnitude pruning, masked Adam, distillation from the unpruned
+tail with pydsz.prune.train.retrain (gradual magnitude pruning, masked Adam, distillation from the unpruned
 tail) on the first 55,000 Fashion-MNIST training images, from the bundled model, and reports the top-1
 loss against the unpruned model on the validation split (the last 5,000 training images: what
 decisions may use) and on the 10,000 test images (what is reported), with the number of flipped
@@ -40,7 +40,7 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-from pydsz.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 # name -> change to the REFERENCE entry's retrain arguments
@@ -61,11 +61,11 @@ SCHEDULES = {
 @functools.lru_cache(maxsize=1)
 def _data(ref_name: str) -> dict:
     """The tail's layers and its captured inputs for train, validation and test (cached per process)."""
-    from pydsz import runtime
-    from pydsz.data import bundled, fashion_mnist, load_npz
-    from pydsz.model import TFLiteModel
-    from pydsz.train import tail_layers
-    from pydsz.tail import Tail
+    from pydsz.model import runtime
+    from pydsz.model.data import bundled, fashion_mnist, load_npz
+    from pydsz.model.graph import TFLiteModel
+    from pydsz.prune.train import tail_layers
+    from pydsz.model.tail import Tail
 
     data = bundled(REFERENCE[ref_name]["file"]).read_bytes()
     model = TFLiteModel(data)
@@ -84,8 +84,8 @@ def _data(ref_name: str) -> dict:
 def one_run(args: tuple) -> dict:
     from dataclasses import replace
 
-    from pydsz.masks import density, masks_for
-    from pydsz.train import _softmax, logits, retrain
+    from pydsz.prune.masks import density, masks_for
+    from pydsz.prune.train import _softmax, logits, retrain
 
     setting, schedule, seed = args
     ref = REFERENCE[setting]

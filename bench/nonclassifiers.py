@@ -103,7 +103,7 @@ def independent_check(name: str, original: Path, decoded: Path, folder: Path, sp
     """The test error measured without pydsz's runtime (see the module doc)."""
     from PIL import Image
 
-    from pydsz.model import TFLiteModel
+    from pydsz.model.graph import TFLiteModel
 
     shape = TFLiteModel.from_file(original).input_details()[0]["shape"]
     low, high = {"0,1": (0.0, 1.0), "-1,1": (-1.0, 1.0)}[spec.normalize]
@@ -132,7 +132,7 @@ def bench_model(name: str, cache: Path, work: Path, max_loss: float, log: Path,
     paths = nd.build(name, cache)
     model, calib, test = paths["model"], paths["calib"], paths["test"]
     data = model.read_bytes()
-    from pydsz.model import TFLiteModel
+    from pydsz.model.graph import TFLiteModel
 
     m = TFLiteModel(data)
     layers = m.layers(("fc", "conv"))

@@ -116,8 +116,8 @@ def compress(model: Path, calib: Path, normalize: str, max_loss: float, extra: l
 
 def bench_model(name: str, sparsities: list, max_loss: float, rerun_unpruned: bool, reuse: bool, work: Path,
                 log: Path) -> dict:
-    from pydsz.model import TFLiteModel
-    from pydsz.gptq import selectable
+    from pydsz.model.graph import TFLiteModel
+    from pydsz.prune.gptq import selectable
 
     spec = nd.BY_NAME[name]
     paths = nd.build(name)

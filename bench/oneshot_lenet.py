@@ -8,10 +8,10 @@ training images); judged on the 10,000 test images. Every loss is counted from t
 
 1. The FC layers, pruned at demo.REFERENCE's sparsities four ways:
      retrain           today's path: magnitude masks, masked retraining with distillation (prune_model)
-     oneshot           SparseGPT (pydsz.oneshot), no training
+     oneshot           SparseGPT (pydsz.prune.oneshot), no training
      oneshot+retrain   SparseGPT's masks and compensated weights, then the same masked retraining
                        (prune.retrain_masked), so the masks come from the Hessian, not from magnitude
-   each then through `dsz bench`'s methods (pydsz.bench.run with the pruned model): pydsz at budgets
+   each then through `dsz bench`'s methods (pydsz.bench.anchors.run with the pruned model): pydsz at budgets
    0.5..4x max-loss and Deep Compression over its clusters, every point's loss on test. Reported:
    pydsz's best ratio whose test loss is within max-loss, and pydsz over Deep Compression (32
    clusters) at equal test loss (pydsz's best point losing no more on test).
@@ -33,13 +33,16 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from pydsz import bench, container, oneshot, runtime  # noqa: E402
-from pydsz.data import bundled, fashion_mnist, load_npz  # noqa: E402
-from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
-from pydsz.pipeline import compress  # noqa: E402
-from pydsz.masks import density  # noqa: E402
-from pydsz.prune import prune_model, retrain_masked  # noqa: E402
+from pydsz.bench import anchors
+from pydsz.format import container
+from pydsz.prune import oneshot
+from pydsz.model import runtime  # noqa: E402
+from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.compress.pipeline import compress  # noqa: E402
+from pydsz.prune.masks import density  # noqa: E402
+from pydsz.prune.retraining import prune_model, retrain_masked  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 CALIBRATION = 5000
@@ -61,10 +64,10 @@ def prune(method: str, model: bytes, ref: dict, cal, train, val) -> tuple[bytes,
 
 def summarize(info: dict, max_loss: float) -> dict:
     points = info["points"]
-    best = bench.ours_at(points, max_loss)
-    dc = next(p for p in points if p["method"] == bench.DC and p["setting"] == 32)
-    ours = bench.ours_at(points, dc["test_loss"])
-    interpolated = bench.ours_interpolated(points, dc["test_loss"])
+    best = anchors.ours_at(points, max_loss)
+    dc = next(p for p in points if p["method"] == anchors.DC and p["setting"] == 32)
+    ours = anchors.ours_at(points, dc["test_loss"])
+    interpolated = anchors.ours_interpolated(points, dc["test_loss"])
     return {"pruned_test_loss": info["pruned"]["test_loss"], "pruned_val_loss": info["pruned"]["val_loss"],
             "ours_within": best and {k: best[k] for k in ("setting", "ratio", "val_loss", "test_loss")},
             "dc32": {k: dc[k] for k in ("ratio", "val_loss", "test_loss")},
@@ -72,9 +75,9 @@ def summarize(info: dict, max_loss: float) -> dict:
             "over_dc": ours["ratio"] / dc["ratio"] if ours else None,
             "over_dc_interpolated": interpolated / dc["ratio"] if interpolated else None,
             "dc_curve": [{k: p[k] for k in ("setting", "ratio", "test_loss")} for p in points
-                         if p["method"] == bench.DC],
+                         if p["method"] == anchors.DC],
             "ours_curve": [{k: p[k] for k in ("setting", "ratio", "val_loss", "test_loss")} for p in points
-                           if p["method"] == bench.OURS]}
+                           if p["method"] == anchors.OURS]}
 
 
 def whole_lenet5(pruned_fc: bytes, cal, val, test, max_loss: float) -> dict:
@@ -107,7 +110,7 @@ def main() -> int:
             print(f"[{time.strftime('%H:%M:%S')}] {ref_name} {method}", flush=True)
             pruned, seconds = prune(method, model, ref, cal, train, val)
             pruned_by[(ref_name, method)] = pruned
-            info = bench.run(model, val, test, args.max_loss, pruned=pruned, clusters=(4, 8, 16, 32), bits=(8,),
+            info = anchors.run(model, val, test, args.max_loss, pruned=pruned, clusters=(4, 8, 16, 32), bits=(8,),
                              title=f"{ref_name} {method}")
             row = {"prune_seconds": seconds, **summarize(info, args.max_loss)}
             report[f"{ref_name} {method}"] = row

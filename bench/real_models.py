@@ -46,9 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "bench" / "builders")]
 
 import pydsz  # noqa: E402
-from pydsz.data import bundled, load_npz  # noqa: E402
-from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.runtime import make_interpreter  # noqa: E402
+from pydsz.model.data import bundled, load_npz  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.format.interpreter import make_interpreter  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 from machine import machine_info  # noqa: E402  (bench/machine.py)
 from nonclassifier_data import WHEELS, ensure_wheel  # noqa: E402

@@ -1,7 +1,7 @@
 """Reference results in the DeepSZ paper's table format: LeNet-300-100 and LeNet-5 on Fashion-MNIST.
 
 Each bundled model is pruned (magnitude, masked retraining on the first 55,000 training images),
-then compressed with `pydsz.pipeline.compress` at --max-loss measured on the validation split (the
+then compressed with `pydsz.compress.pipeline.compress` at --max-loss measured on the validation split (the
 last 5,000 training images) against the unpruned model, so pruning and compression share one
 budget. Top-1 is then reported on the disjoint test split; the ratio counts the FC layers' float32
 bytes over their data + index bytes, as the paper does. DeepSZ's own figures (MNIST, Caffe) are
@@ -21,8 +21,8 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
-from pydsz.demo import REFERENCE, run, table  # noqa: E402
-from pydsz.report import layer_table  # noqa: E402
+from pydsz.compress.demo import REFERENCE, run, table  # noqa: E402
+from pydsz.compress.report import layer_table  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 # DeepSZ (HPDC 2019), MNIST: ratio of the FC layers and top-1 before -> after.

@@ -204,7 +204,7 @@ def section_large(large: dict) -> list:
                   "prune s, peak MiB (bound)", "compress s, peak MiB (bound)"], rows)
     over = [f"the {r['model']} {k} by {r['peak_mib'][k] - r['bound_mib'][k]} MiB" for r in large["rows"]
             for k in ("prune", "compress") if r["peak_mib"][k] > r["bound_mib"][k]]
-    out += ["Both commands print their peak beside the bound they are meant to stay within (`pydsz.footprint`: the",
+    out += ["Both commands print their peak beside the bound they are meant to stay within (`pydsz.compress.footprint`: the",
             "process, the model's copies, the cached activations). " + (
                 f"Over the bound: {', '.join(over)}." if over else "Both stay within their bounds."),
             "`--max-cache-memory 2G` on `dsz compress` and `dsz prune` maps cached activations beyond that size to a",
@@ -376,7 +376,7 @@ def section_head_to_head(h2h: dict) -> list:
     out = ["## Against what users pick instead, on conv models by others", ""]
     out += source("python3 bench/head_to_head.py", "`bench/results/head_to_head.json` (plot: `head_to_head.png`)",
                   machine(h2h["machine"]))
-    out += ["`dsz bench --layers all` (pydsz/headtohead.py) on the MediaPipe models of `bench/MODELS-nonclassifier.md`:",
+    out += ["`dsz bench --layers all` (pydsz/bench/headtohead.py) on the MediaPipe models of `bench/MODELS-nonclassifier.md`:",
             "decisions on 64 calibration photos, judged on 64 other photos, the compensation's Hessians on a third",
             "folder (the face models have none: calib/, so their layers whose Hessians those 64 photos leave singular",
             "are not compensated). Every method's whole file, zstd -19, against its output drift on the test photos",
@@ -496,7 +496,7 @@ def section_tail(tail: dict) -> list:
     rows = [[r["model"], r["layer"], r["samples"], f"{r['whole_per_s']:.1f}", f"{r['downstream_per_s']:.1f}",
              f"{r['speedup']:.2f}x", "yes" if r["identical"] else "NO"] for r in tail["tail"]]
     out += table(["model", "layer", "samples", "whole tail /s", "from the layer on /s", "speedup", "identical"], rows)
-    out += ["Layers under 20% density multiplied by libdsz's CSR kernel (`dsz_csrMatmul`, `pydsz/sparse.py`) against",
+    out += ["Layers under 20% density multiplied by libdsz's CSR kernel (`dsz_csrMatmul`, `pydsz/model/sparse.py`) against",
             "dense numpy, same run and thread count; the answers (top-1 count, losses) compared:", ""]
     rows = [[r["model"], r["layer"], r["samples"], "CSR" if r["sparse_layer"] else "dense", f"{r['dense_per_s']:.2f}",
              f"{r['sparse_per_s']:.2f}", f"{r['speedup']:.2f}x",

@@ -4,7 +4,7 @@
    second of the Evaluator recomputing the whole tail for every candidate (what it did before) and
    recomputing only the layers from the changed one on (what it does now), with the answers
    compared: the outputs must be identical, bit for bit.
-2. The sparse tail (pruned layers through libdsz's CSR kernel, pydsz.sparse) against the dense
+2. The sparse tail (pruned layers through libdsz's CSR kernel, pydsz.model.sparse) against the dense
    numpy tail, same run, same thread count: evaluations per second of one candidate per layer (its
    weights decoded from the codec at a bound), and the answers: top-1 counts and losses on both
    paths. Rows for the pruned LeNets (the Evaluator, Fashion-MNIST) and for AlexNet- and
@@ -30,13 +30,14 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from machine import machine_info  # noqa: E402
-from pydsz.assess import Evaluator, encode_weight  # noqa: E402
-from pydsz.data import bundled, load_npz  # noqa: E402
-from pydsz.model import TFLiteModel  # noqa: E402
-from pydsz.masks import magnitude_mask  # noqa: E402
-from pydsz import sparse  # noqa: E402
+from pydsz.assess.evaluator import Evaluator
+from pydsz.encode.tensor import encode_weight  # noqa: E402
+from pydsz.model.data import bundled, load_npz  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.prune.masks import magnitude_mask  # noqa: E402
+from pydsz.model import sparse  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
-from pydsz.tail import Step, Tail  # noqa: E402
+from pydsz.model.tail import Step, Tail  # noqa: E402
 
 PRUNED = {"lenet300": {"fc1": 0.92, "fc2": 0.92, "fc3": 0.5}, "lenet5": {"fc1": 0.95, "fc2": 0.7}}
 # FC tails as (out, in, density) per layer: the 10-class models pruned as in the paper

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import sys
 import time
 
 import pydsz
-from pydsz.container import read_file, write_atomic
+from pydsz.format.files import read_file, write_atomic
 from pydsz.tables import format_table
 
 from .stages import decode_timed
@@ -55,7 +54,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.data:  # a bad data file fails before the decoding, not after
-            from pydsz.data import load_npz
+            from pydsz.model.data import load_npz
 
             x, y = load_npz(args.data)
         measured = _reset_peak()
@@ -81,7 +80,7 @@ def main(argv=None) -> int:
         interpreter = None
         if args.data:
             # the interpreter is only needed to classify: decoding works without any runtime
-            from pydsz.runtime import make_interpreter
+            from pydsz.format.interpreter import make_interpreter
 
             t1 = time.perf_counter()
             interpreter = make_interpreter(tflite, num_threads=args.threads)
@@ -97,7 +96,7 @@ def main(argv=None) -> int:
         print(line)
 
         if interpreter is not None:
-            from pydsz.runtime import predict, top1
+            from pydsz.model.runtime import predict, top1
 
             t2 = time.perf_counter()
             scores = predict(interpreter, x)

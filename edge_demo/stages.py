@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pydsz import _core, codec, gather
-from pydsz.container import DszModel, tensor_place
+from pydsz import _core
+from pydsz.format import codec, spans
+from pydsz.format.container import DszModel, tensor_place
 from pydsz.errors import FormatError
 
 
@@ -87,7 +88,7 @@ def _fill_timed(model: DszModel, out: np.ndarray, stages: Stages) -> None:
             values = np.empty(e.shape, np.dtype(e.dtype))
             _decode_timed(e, values, stages)
             t0 = time.perf_counter()
-            gather.scatter(out, e.spans, values, e.itemsize)
+            spans.scatter(out, e.spans, values, e.itemsize)
             stages.reconstruction += time.perf_counter() - t0
             continue
         place = tensor_place(out, e)

@@ -373,7 +373,7 @@ cdef class BytesWriter:
         return data
 
 
-# ---- sparse matrix products (pydsz.sparse) ----
+# ---- sparse matrix products (pydsz.model.sparse) ----
 
 from libc.stdint cimport int32_t, int64_t
 

@@ -10,7 +10,7 @@ from typing import Optional
 class Run:
     """num_threads: the interpreter's threads (None: its default); device: where the FC tail retrains
     and is evaluated, "cpu" or "gpu" (pydsz.gpu.device.resolve); executor: where the assessment's
-    evaluations run (pydsz.executor; None: this process); progress: show progress bars."""
+    evaluations run (pydsz.assess.executor; None: this process); progress: show progress bars."""
 
     num_threads: Optional[int] = None
     device: str = "cpu"

@@ -84,7 +84,7 @@ def exercise(data: bytes) -> None:
         pass
     if magic == b"DSZS" and _csr_rows(data) <= CSR_MAX_ROWS:
         try:  # also where the dense decode failed: a matrix too large for memory is no CSR's concern
-            pydsz.codec.decode_sparse_csr(data)
+            pydsz.format.codec.decode_sparse_csr(data)
         except pydsz.DszError:
             pass
     if magic == b"DSZM":

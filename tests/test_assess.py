@@ -5,12 +5,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz import container
-from pydsz.assess import (LOSSLESS_PART, Evaluator, Ladder, Measure, Point, assess_layer, compressible_layers,
-                          encode_weight, measure_point)
-from pydsz.data import bundled, load_npz
+from pydsz.format import container
+
+from pydsz.encode import pack
+from pydsz.encode.tensor import LOSSLESS_PART, encode_weight
+from pydsz.assess.evaluator import Evaluator, Measure
+from pydsz.assess.ladder import Ladder, Point
+from pydsz.assess.tasks import assess_layer
+from pydsz.model.selection import compressible_layers
+from pydsz.assess.tasks import measure_point
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
-from pydsz.model import TFLiteModel
+from pydsz.model.graph import TFLiteModel
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +61,7 @@ def test_encode_weight_matches_what_the_container_stores():
     data, model = _model("lenet300.tflite")
     w = model.weight("fc2")
     decoded, size, data_bytes, index_bytes = encode_weight(w, 0.01)
-    packed = container.DszModel(container.pack_model(data, {"fc2": 0.01}))
+    packed = container.DszModel(pack.pack_model(data, {"fc2": 0.01}))
     assert np.array_equal(packed.weights()["fc2"], decoded)
     (entry,) = packed.info()["tensors"]
     assert entry["compressed_bytes"] == size
@@ -187,7 +193,7 @@ def test_a_large_float_layers_lossless_size_is_measured_in_parts_that_add_up_to_
     hot = rng.choice(w.size, w.size // 1000, replace=False)  # sparse enough to compress fast
     w[hot] = rng.normal(0, 0.05, hot.size).astype(np.float32)
     _, size, _, _ = encode_weight(w, 0.0)
-    whole = container.lossless_size(w)
+    whole = pack.lossless_size(w)
     assert abs(size - whole) <= 0.002 * whole
     weight = w.reshape(-1, 1024)
     ladder = Ladder("w", weight, 1.0, True)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from pydsz.assess import Point
-from pydsz.baselines import deep_compression, huffman, lossless, positions_of, quantized, relative_index
+from pydsz.assess.ladder import Point
+from pydsz.bench.baselines import deep_compression, huffman, lossless, positions_of, quantized, relative_index
 from pydsz.errors import FormatError
 
 
@@ -114,7 +114,7 @@ def test_lossless_is_exact():
 @pytest.mark.parametrize("bound", [1e-3, 9e-3])
 def test_deepsz_decodes_within_its_bound(bound):
     pytest.importorskip("hdf5plugin")
-    from pydsz.baselines import deepsz
+    from pydsz.bench.baselines import deepsz
 
     w = pruned(shape=(40, 700), keep=0.03)  # gaps beyond 256: fillers in the data array
     d = deepsz.decode(deepsz.encode(w, bound))
@@ -127,7 +127,7 @@ def test_deepsz_decodes_within_its_bound(bound):
 
 def test_deepsz_index_is_eight_bit_gaps():
     pytest.importorskip("hdf5plugin")
-    from pydsz.baselines import deepsz
+    from pydsz.bench.baselines import deepsz
 
     w = pruned(shape=(40, 700), keep=0.03)
     _, _, index = deepsz.sections(deepsz.encode(w, 5e-3))
@@ -136,7 +136,7 @@ def test_deepsz_index_is_eight_bit_gaps():
 
 
 def test_deepsz_optimizer_adds_the_losses():
-    from pydsz.baselines import deepsz
+    from pydsz.bench.baselines import deepsz
 
     def pts(name, sizes, drops):
         return [Point(name, b, s, s, 0, d) for b, s, d in zip((1e-3, 2e-3, 3e-3), sizes, drops)]

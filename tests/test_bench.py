@@ -7,11 +7,12 @@ import sys
 import numpy as np
 import pytest
 
-from pydsz import bench, runtime
-from pydsz.data import bundled, load_npz
+from pydsz.bench import anchors
+from pydsz.model import runtime
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
-from pydsz.model import TFLiteModel
-from pydsz.masks import magnitude_mask
+from pydsz.model.graph import TFLiteModel
+from pydsz.prune.masks import magnitude_mask
 
 pytestmark = pytest.mark.runtime
 
@@ -36,19 +37,19 @@ def splits():
 @pytest.fixture(scope="module")
 def info(pruned, splits):
     pytest.importorskip("hdf5plugin")  # SZ3, for the DeepSZ baseline: the `bench` extra
-    return bench.run(pruned, *splits, 0.01, budgets=[0.01], clusters=[8, 32], bits=[8])
+    return anchors.run(pruned, *splits, 0.01, budgets=[0.01], clusters=[8, 32], bits=[8])
 
 
 def test_every_method_has_its_points(info):
     methods = [p["method"] for p in info["points"]]
-    assert methods == [bench.OURS, bench.DEEPSZ, bench.DC, bench.DC, bench.INT, bench.FLOAT16, bench.LOSSLESS]
+    assert methods == [anchors.OURS, anchors.DEEPSZ, anchors.DC, anchors.DC, anchors.INT, anchors.FLOAT16, anchors.LOSSLESS]
     assert [info["points"][i]["method"] for i in info["main"]] == list(dict.fromkeys(methods))
 
 
 def test_sizes_and_ratios_add_up(info):
     for p in info["points"]:
         assert p["fc_bytes"] == sum(p["layer_bytes"].values())
-        if p["method"] != bench.OURS:  # pydsz's file is the .dsz itself
+        if p["method"] != anchors.OURS:  # pydsz's file is the .dsz itself
             assert p["file_bytes"] == info["rest_bytes"] + p["fc_bytes"]
         assert p["ratio"] == pytest.approx(info["fc_original_bytes"] / p["fc_bytes"])
     assert info["fc_original_bytes"] == 4 * (784 * 300 + 300 * 100 + 100 * 10)
@@ -56,17 +57,17 @@ def test_sizes_and_ratios_add_up(info):
 
 def test_each_method_decodes_within_its_own_error(info):
     by = {(p["method"], p["setting"]): p for p in info["points"]}
-    assert by[bench.LOSSLESS, None]["max_error"] == 0
-    assert by[bench.FLOAT16, "float16"]["max_error"] < 1e-3
-    deepsz = by[bench.DEEPSZ, 0.01]
+    assert by[anchors.LOSSLESS, None]["max_error"] == 0
+    assert by[anchors.FLOAT16, "float16"]["max_error"] < 1e-3
+    deepsz = by[anchors.DEEPSZ, 0.01]
     assert deepsz["max_error"] <= max(deepsz["detail"]["bounds"].values())
-    ours = by[bench.OURS, 0.01]
+    ours = by[anchors.OURS, 0.01]
     assert ours["max_error"] <= max(ours["detail"]["bounds"].values()) + 1e-7
 
 
 def test_accuracy_is_the_interpreters_on_the_decoded_model(info, pruned, splits):
     val, test = splits
-    lossless = next(p for p in info["points"] if p["method"] == bench.LOSSLESS)
+    lossless = next(p for p in info["points"] if p["method"] == anchors.LOSSLESS)
     assert lossless["val_value"] == pytest.approx(runtime.accuracy(pruned, *val), abs=1e-12)
     assert lossless["val_value"] == info["pruned"]["val_value"]
     assert lossless["test_value"] == pytest.approx(runtime.accuracy(pruned, *test), abs=1e-12)
@@ -75,8 +76,8 @@ def test_accuracy_is_the_interpreters_on_the_decoded_model(info, pruned, splits)
 
 def test_ours_beats_lossless_and_deepsz_respects_its_grid(info):
     by = {p["method"]: p for p in info["points"]}
-    assert by[bench.OURS]["ratio"] > by[bench.LOSSLESS]["ratio"]
-    assert set(by[bench.DEEPSZ]["detail"]["bounds"].values()) <= set(bench.deepsz.GRID)
+    assert by[anchors.OURS]["ratio"] > by[anchors.LOSSLESS]["ratio"]
+    assert set(by[anchors.DEEPSZ]["detail"]["bounds"].values()) <= set(anchors.deepsz.GRID)
 
 
 def point(method, setting, ratio, loss):
@@ -84,20 +85,20 @@ def point(method, setting, ratio, loss):
 
 
 def test_comparison_takes_our_best_point_losing_no_more():
-    ours = [point(bench.OURS, 0.003, 50.0, 0.004), point(bench.OURS, 0.006, 60.0, 0.006)]
-    deepsz, dc = point(bench.DEEPSZ, 0.003, 35.0, 0.005), point(bench.DC, 32, 40.0, 0.0065)
-    result = bench.compare(ours + [deepsz, dc], [deepsz, dc])
+    ours = [point(anchors.OURS, 0.003, 50.0, 0.004), point(anchors.OURS, 0.006, 60.0, 0.006)]
+    deepsz, dc = point(anchors.DEEPSZ, 0.003, 35.0, 0.005), point(anchors.DC, 32, 40.0, 0.0065)
+    result = anchors.compare(ours + [deepsz, dc], [deepsz, dc])
     rows = {r["method"]: r for r in result["points"]}
-    assert rows[bench.DEEPSZ]["advantage"] == pytest.approx(50 / 35)
-    assert rows[bench.DC]["advantage"] == pytest.approx(60 / 40)
+    assert rows[anchors.DEEPSZ]["advantage"] == pytest.approx(50 / 35)
+    assert rows[anchors.DC]["advantage"] == pytest.approx(60 / 40)
     targets = {t["target"]: t["met"] for t in result["targets"]}
     assert list(targets.values()) == [True, True, True]
 
 
 def test_comparison_says_where_our_curve_is_not_above():
-    ours = [point(bench.OURS, 0.003, 50.0, 0.004)]
-    others = [point(bench.DEEPSZ, 0.003, 35.0, 0.005), point(bench.DC, 4, 70.0, 0.01), point(bench.DC, 32, 45.0, 0.002)]
-    result = bench.compare(ours + others, [others[0], others[2]])
+    ours = [point(anchors.OURS, 0.003, 50.0, 0.004)]
+    others = [point(anchors.DEEPSZ, 0.003, 35.0, 0.005), point(anchors.DC, 4, 70.0, 0.01), point(anchors.DC, 32, 45.0, 0.002)]
+    result = anchors.compare(ours + others, [others[0], others[2]])
     curve = result["targets"][-1]
     assert not curve["met"] and curve["not_above"] == ["Deep Compression 4"]
     assert curve["loses_less_than_any_pydsz_point"] == ["Deep Compression 32"]
@@ -105,28 +106,28 @@ def test_comparison_says_where_our_curve_is_not_above():
 
 
 def test_report_writes_json_and_png(info, tmp_path):
-    paths = bench.write_report(info, tmp_path / "b.json", tmp_path / "b.png")
+    paths = anchors.write_report(info, tmp_path / "b.json", tmp_path / "b.png")
     assert json.loads(paths[0].read_text())["model"] == "model"
     assert paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    text = bench.main_table(info) + bench.sweep_table(info) + "\n".join(bench.summary_lines(info))
+    text = anchors.main_table(info) + anchors.sweep_table(info) + "\n".join(anchors.summary_lines(info))
     assert "Deep Compression" in text and "clusters 32" in text
 
 
 def test_pruning_needs_both_train_and_sparsity(pruned, splits):
     with pytest.raises(InputError, match="--train"):
-        bench.run(pruned, *splits, 0.01, sparsity=0.9)
+        anchors.run(pruned, *splits, 0.01, sparsity=0.9)
 
 
 def test_a_model_pruned_elsewhere_is_judged_from_the_unpruned_one(pruned, splits):
     pytest.importorskip("hdf5plugin")
     original = bundled("lenet300.tflite").read_bytes()
-    info = bench.run(original, *splits, 0.01, pruned=pruned, budgets=[0.01], clusters=[32], bits=[8])
+    info = anchors.run(original, *splits, 0.01, pruned=pruned, budgets=[0.01], clusters=[32], bits=[8])
     val = splits[0]
     drop = runtime.accuracy(original, *val) - runtime.accuracy(pruned, *val)
     assert info["pruned"]["val_loss"] == pytest.approx(drop)  # pruning's loss counts, as when bench prunes
     assert info["pruned"]["sparsity"]["fc1"] == pytest.approx(0.9, abs=0.01)
     with pytest.raises(InputError, match="not both"):
-        bench.run(original, *splits, 0.01, pruned=pruned, train=splits[0], sparsity=0.9)
+        anchors.run(original, *splits, 0.01, pruned=pruned, train=splits[0], sparsity=0.9)
 
 
 def dsz(*args):
@@ -156,16 +157,16 @@ def test_cli_prints_the_table_and_writes_the_report(pruned, splits, tmp_path):
 
 
 def test_interpolation_reads_our_curve_between_points():
-    ours = [point(bench.OURS, 1, 50.0, 0.004), point(bench.OURS, 2, 40.0, 0.005), point(bench.OURS, 3, 60.0, 0.006)]
-    assert bench.ours_interpolated(ours, 0.003) is None
-    assert bench.ours_interpolated(ours, 0.005) == pytest.approx(55.0)  # 40x at 0.005 is under the envelope
-    assert bench.ours_interpolated(ours, 0.01) == 60.0
+    ours = [point(anchors.OURS, 1, 50.0, 0.004), point(anchors.OURS, 2, 40.0, 0.005), point(anchors.OURS, 3, 60.0, 0.006)]
+    assert anchors.ours_interpolated(ours, 0.003) is None
+    assert anchors.ours_interpolated(ours, 0.005) == pytest.approx(55.0)  # 40x at 0.005 is under the envelope
+    assert anchors.ours_interpolated(ours, 0.01) == 60.0
 
 
 def test_a_budget_the_validation_data_cannot_resolve_is_skipped_and_reported(pruned, splits):
     """500 samples at 0.2 points: one changed sample with its noise margin is more than the budget."""
     pytest.importorskip("hdf5plugin")
-    info = bench.run(pruned, *splits, 0.005, budgets=[0.002, 0.005], clusters=[8], bits=[8])
+    info = anchors.run(pruned, *splits, 0.005, budgets=[0.002, 0.005], clusters=[8], bits=[8])
     assert [s["setting"] for s in info["skipped"]] == [0.002] and "too few" in info["skipped"][0]["reason"]
-    assert [p["setting"] for p in info["points"] if p["method"] == bench.OURS] == [0.005]
-    assert any(line.startswith("skipped: pydsz at budget 0.002") for line in bench.summary_lines(info))
+    assert [p["setting"] for p in info["points"] if p["method"] == anchors.OURS] == [0.005]
+    assert any(line.startswith("skipped: pydsz at budget 0.002") for line in anchors.summary_lines(info))

@@ -1,4 +1,4 @@
-"""The budget's margin for several looks (pydsz.budget.Budget.margin_of): the most favourable of k
+"""The budget's margin for several looks (pydsz.budget.rule.Budget.margin_of): the most favourable of k
 noisy passes kept must not pass an over-budget choice more often than one pass at the margin does."""
 
 import math
@@ -7,8 +7,8 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from pydsz import metrics
-from pydsz.budget import Budget
+from pydsz.budget import metrics
+from pydsz.budget.rule import Budget
 
 
 def budget(margin):

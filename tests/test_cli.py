@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from pydsz.data import bundled
+from pydsz.model.data import bundled
 
 COMMANDS = ["pack", "decompress", "info", "eval"]
 
@@ -165,7 +165,7 @@ def test_pack_says_which_layers_stay_lossless(tmp_path):
 
 
 def test_pack_takes_int8_bounds_in_steps_and_info_shows_them(tmp_path):
-    from pydsz.data import bundled
+    from pydsz.model.data import bundled
 
     result = dsz("pack", bundled("lenet5_int8.tflite"), "-e", "conv2=2q,fc1=1q", "--layers", "all",
                  "-o", tmp_path / "q.dsz")

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from pydsz.data import bundled, load_npz
-from pydsz.model import TFLiteModel
-from pydsz.masks import density
+from pydsz.model.data import bundled, load_npz
+from pydsz.model.graph import TFLiteModel
+from pydsz.prune.masks import density
 from test_cli import assert_user_error, dsz
 
 

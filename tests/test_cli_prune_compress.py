@@ -4,10 +4,11 @@ import json
 
 import numpy as np
 
-from pydsz import container, runtime
-from pydsz.data import bundled, load_npz
-from pydsz.masks import density
-from pydsz.model import TFLiteModel
+from pydsz.format import container
+from pydsz.model import runtime
+from pydsz.model.data import bundled, load_npz
+from pydsz.prune.masks import density
+from pydsz.model.graph import TFLiteModel
 from test_cli import assert_user_error, dsz
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pydsz import codec
+from pydsz.format import codec
 from pydsz.errors import DszError, FormatError
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"

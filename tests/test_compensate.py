@@ -1,12 +1,14 @@
-"""GPTQ-compensated encoding (pydsz.compensate): dense layers round to nearest, float16 weights too,
+"""GPTQ-compensated encoding (pydsz.compress.compensation): dense layers round to nearest, float16 weights too,
 and calibration inputs turn it on."""
 
 import numpy as np
 import pytest
 
-from pydsz import codec, compensate, runtime
-from pydsz.data import bundled, load_npz
-from pydsz.model import TFLiteModel
+from pydsz.format import codec
+from pydsz.compress import compensation
+from pydsz.model import runtime
+from pydsz.model.data import bundled, load_npz
+from pydsz.model.graph import TFLiteModel
 
 BOUND = 0.02
 
@@ -25,7 +27,7 @@ def _layer_output_error(tflite: bytes, name: str, new: np.ndarray, x) -> float:
 @pytest.mark.runtime
 def test_a_dense_layer_rounds_to_nearest_and_decodes_exactly(calibration):
     tflite = bundled("lenet300.tflite").read_bytes()
-    c = compensate.Compensator(tflite, calibration, ["fc2"]).weights("fc2", BOUND)
+    c = compensation.Compensator(tflite, calibration, ["fc2"]).weights("fc2", BOUND)
     assert c.dtype == np.float32 and np.count_nonzero(c == 0) > 0  # small values may become zero
     assert np.array_equal(codec.decompress_array(codec.compress_array(c, BOUND)), c)  # on libdsz's grid
     plain = codec.decompress_array(codec.compress_array(np.asarray(TFLiteModel(tflite).weight("fc2")), BOUND))
@@ -38,8 +40,8 @@ def test_float16_weights_are_compensated_in_float16(calibration):
     tflite = bundled("lenet300_f16.tflite").read_bytes()
     model = TFLiteModel(tflite)
     assert model.layer("fc2").stored_dtype == "FLOAT16"
-    assert "fc2" in [layer.name for layer in compensate.compensable(model)]
-    c = compensate.Compensator(tflite, calibration, ["fc2"]).weights("fc2", BOUND)
+    assert "fc2" in [layer.name for layer in compensation.compensable(model)]
+    c = compensation.Compensator(tflite, calibration, ["fc2"]).weights("fc2", BOUND)
     assert c.dtype == np.float16
     # every value is a float16 reconstruction libdsz gives back as it is
     assert np.array_equal(codec.decompress_array(codec.compress_array(c, BOUND)), c)
@@ -50,24 +52,24 @@ def test_float16_weights_are_compensated_in_float16(calibration):
 
 def test_rounded_is_libdsz_reconstruction():
     x = np.random.default_rng(3).normal(scale=0.05, size=1000).astype(np.float32)
-    r = compensate.rounded(x, 0.01).astype(np.float32)
+    r = compensation.rounded(x, 0.01).astype(np.float32)
     assert np.array_equal(codec.decompress_array(codec.compress_array(x, 0.01, predictor="none")), r)
     assert np.all(np.abs(r - x) <= 0.01)
 
 
 @pytest.mark.runtime
 def test_calibration_inputs_turn_compensation_on(calibration):
-    from pydsz import pipeline
+    from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[1000:1600], y[1000:1600], 0.01,
                                metric="top1", calibration=calibration)
     assert result.compensated == ["fc1", "fc2", "fc3"]
-    assert compensate.SHARED_SAMPLES not in result.warnings  # the Hessians came from the calibration inputs
+    assert compensation.SHARED_SAMPLES not in result.warnings  # the Hessians came from the calibration inputs
 
 
 def test_a_sweep_order_is_the_same_problem_with_its_columns_permuted():
-    from pydsz import gptq
+    from pydsz.prune import gptq
 
     model = TFLiteModel(bundled("lenet300.tflite").read_bytes())
     layer = model.layer("fc3")
@@ -75,7 +77,7 @@ def test_a_sweep_order_is_the_same_problem_with_its_columns_permuted():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((500, w.shape[1])) * rng.uniform(0.1, 3.0, w.shape[1])
     h = 2.0 / len(x) * (x.T @ x)
-    quantize = lambda v: compensate.rounded(v, BOUND)  # noqa: E731
+    quantize = lambda v: compensation.rounded(v, BOUND)  # noqa: E731
     natural = gptq.solve(layer, w, [gptq.inverse_factor(h, gptq.DAMP)], quantize=quantize)
     identity = np.arange(w.shape[1])
     assert np.array_equal(natural, gptq.solve(layer, w, [gptq.inverse_factor(h, gptq.DAMP)], [identity],
@@ -97,11 +99,11 @@ def test_a_singular_layer_is_compensated_only_where_the_loss_can_see_its_fit():
     fit = lambda a: runtime.fit_inputs(TFLiteModel(tflite).input_details(), a)  # noqa: E731
     # 300 samples leave fc1's H (784 inputs) singular; fc2 (300) and fc3 (100) are spanned
     for data, calibration in ((x[:300], None), (x[:300], x[:300]), (x[:400], x[100:400])):
-        compensator, warnings = compensate.for_model(tflite, ["fc1", "fc2", "fc3"], fit(data), calibration)
+        compensator, warnings = compensation.for_model(tflite, ["fc1", "fc2", "fc3"], fit(data), calibration)
         assert list(compensator.layers) == ["fc2", "fc3"]
         assert any(w.startswith("layers not compensated: fc1:") for w in warnings)
     # Hessians from other samples than most of the data: the loss measured there shows an overfit
-    compensator, warnings = compensate.for_model(tflite, ["fc1", "fc2", "fc3"], fit(x[:400]), x[250:550])
+    compensator, warnings = compensation.for_model(tflite, ["fc1", "fc2", "fc3"], fit(x[:400]), x[250:550])
     assert list(compensator.layers) == ["fc1", "fc2", "fc3"]
     assert any(w.startswith("layer fc1: 300 calibration samples give its Hessian rank 300") for w in warnings)
     assert not any("not compensated" in w for w in warnings)

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 import pydsz
-from pydsz import container
-from pydsz.data import bundled, load_npz
+from pydsz.format import container
+from pydsz.encode import pack
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import FormatError, InputError
-from pydsz.model import TFLiteModel
+from pydsz.model.graph import TFLiteModel
 
 MODELS = ["lenet300.tflite", "lenet5.tflite", "lenet300_ool.tflite"]
 
@@ -45,7 +46,7 @@ def test_weights_within_bound_and_rest_identical(name):
 @pytest.mark.runtime
 @pytest.mark.parametrize("name", MODELS)
 def test_accuracy_kept_in_the_interpreter(name):
-    from pydsz.runtime import accuracy
+    from pydsz.model.runtime import accuracy
 
     x, y = load_npz(bundled("fmnist_test.npz"))
     original = _model_bytes(name)
@@ -77,8 +78,8 @@ def test_per_layer_bounds_keep_unnamed_layers_lossless():
 def test_a_default_bound_applies_to_the_layers_not_named():
     data = bundled("lenet300.tflite").read_bytes()
     named = {"fc1": 0.002, "fc2": 0.002, "fc3": 0.01}
-    assert container.pack_model(data, {container.OTHERS: 0.002, "fc3": 0.01}) == container.pack_model(data, named)
-    assert container.pack_model(data, {container.OTHERS: 0.002}) == container.pack_model(data, 0.002)
+    assert pack.pack_model(data, {pack.OTHERS: 0.002, "fc3": 0.01}) == pack.pack_model(data, named)
+    assert pack.pack_model(data, {pack.OTHERS: 0.002}) == pack.pack_model(data, 0.002)
 
 
 def test_info_reports_sizes(packed_lenet300):
@@ -144,7 +145,7 @@ def _with_header_field(packed, offset, fmt, value):
     """Rewrite a header field and fix both checksums, as a newer writer would have."""
     buf = bytearray(packed)
     struct.pack_into(fmt, buf, offset, value)
-    head_end = container._HEADER.size + struct.unpack_from("<I", buf, 12)[0]
+    head_end = container.HEADER.size + struct.unpack_from("<I", buf, 12)[0]
     struct.pack_into("<I", buf, head_end, zlib.crc32(buf[:head_end]))
     struct.pack_into("<I", buf, len(buf) - 4, zlib.crc32(buf[:-4]))
     return bytes(buf)

@@ -4,12 +4,12 @@ real models (the bundled LeNets and multitask model; MediaPipe's when the cache 
 import numpy as np
 import pytest
 
-from pydsz import cut, runtime
-from pydsz.chain import Chain
-from pydsz.data import bundled, load_npz
-from pydsz.evaluator import Evaluator
-from pydsz.model import TFLiteModel
-from pydsz.selection import compressible_layers
+from pydsz.model import cut, runtime
+from pydsz.model.chain import Chain
+from pydsz.model.data import bundled, load_npz
+from pydsz.assess.evaluator import Evaluator
+from pydsz.model.graph import TFLiteModel
+from pydsz.model.selection import compressible_layers
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_a_model_of_several_inputs_and_outputs_cuts_and_keeps_the_outputs_before
 
 
 def test_a_cut_whose_baseline_strays_from_the_whole_model_is_not_trusted(val, monkeypatch):
-    import pydsz.evaluator as ev
+    import pydsz.assess.evaluator as ev
 
     data = bundled("lenet5.tflite").read_bytes()
     model = TFLiteModel(data)

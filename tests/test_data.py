@@ -1,4 +1,4 @@
-"""pydsz.data: IDX and .npz loaders on real files, their errors, and the bundled models and data."""
+"""pydsz.model.data: IDX and .npz loaders on real files, their errors, and the bundled models and data."""
 
 import gzip
 import os
@@ -8,17 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pydsz.data import (
-    FASHION_MNIST_DIR,
-    bundled,
-    fashion_mnist,
-    load_images,
-    load_npz,
-    read_idx,
-    split_validation,
-)
+from pydsz.model.data import FASHION_MNIST_DIR, bundled, fashion_mnist, load_images, load_npz, read_idx, split_validation
 from pydsz.errors import InputError
-from pydsz.runtime import interpreter_class
+from pydsz.format.interpreter import interpreter_class
 
 # these run a TFLite interpreter: CI runs them again under tflite-runtime
 pytestmark = pytest.mark.runtime

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz import codec
+from pydsz.format import codec
 from pydsz.errors import DszError, FormatError
 
 DTYPES = [np.float32, np.float16, np.int8, np.uint8]

@@ -6,7 +6,6 @@ base install (DSZ_DECODER_ONLY=1 makes them check that it really is bare), then 
 tflite-runtime added for the interpreter test. DSZ_EDGE_MODEL names a .dsz to use where the
 `tflite` parser is not there to pack one.
 """
-import hashlib
 import importlib.util
 import json
 import os
@@ -18,16 +17,15 @@ from pathlib import Path
 import pytest
 
 import pydsz
-from pydsz.data import bundled
+from pydsz.model.data import bundled
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DECODER_ONLY = os.environ.get("DSZ_DECODER_ONLY") == "1"
 # packages and modules of the encoder side: model I/O, pruning, assessment, reports, GPU, benchmarks
 SERVER_ONLY = ("tflite", "flatbuffers", "tqdm", "matplotlib", "pycuda", "tensorflow", "h5py", "hdf5plugin",
-               "pydsz.model", "pydsz.prune", "pydsz.train", "pydsz.masks", "pydsz.assess", "pydsz.optimize",
-               "pydsz.pipeline", "pydsz.budget", "pydsz.gptq", "pydsz.compensate", "pydsz.oneshot", "pydsz.demo",
-               "pydsz.report", "pydsz.tail", "pydsz.gpu")
+               "pydsz.encode", "pydsz.budget.rule", "pydsz.budget.knapsack", "pydsz.assess", "pydsz.prune", "pydsz.compress", "pydsz.bench",
+               "pydsz.model.graph", "pydsz.model.tail", "pydsz.gpu")
 
 
 @pytest.fixture(scope="module")

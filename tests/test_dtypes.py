@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pydsz import codec
+from pydsz.format import codec
 from pydsz.errors import FormatError
 
 # float16's edges: the largest finite values, the smallest normal and subnormal ones, signed
@@ -149,7 +149,7 @@ def _float16_fc(rows=32, cols=64, seed=0, prune=0.0):
 @pytest.mark.parametrize("prune", [0.0, 0.9])
 def test_float16_model_decodes_within_bound_in_float16(prune):
     import pydsz
-    from pydsz.model import TFLiteModel
+    from pydsz.model.graph import TFLiteModel
 
     original = _float16_fc(prune=prune)
     packed = pydsz.load(pydsz.pack_model(original, 1e-3))
@@ -168,7 +168,7 @@ def test_float16_model_decodes_within_bound_in_float16(prune):
 
 def test_float16_model_runs_in_litert():
     import pydsz
-    from pydsz.runtime import make_interpreter
+    from pydsz.format.interpreter import make_interpreter
 
     original = _float16_fc()
     decoded = pydsz.load(pydsz.pack_model(original, 1e-3)).tflite_bytes()
@@ -193,7 +193,7 @@ def test_float16_info_reports_dtype_and_float16_bytes():
 
 def test_float32_only_files_stay_version_1():
     import pydsz
-    from pydsz.data import bundled
+    from pydsz.model.data import bundled
 
     assert pydsz.load(pydsz.pack_model(bundled("lenet300.tflite").read_bytes(), 0.01)).version == 1
 
@@ -204,11 +204,11 @@ def test_version_1_file_with_a_float16_tensor_is_refused():
     import zlib
 
     import pydsz
-    from pydsz import container
+    from pydsz.format import container
 
     buf = bytearray(pydsz.pack_model(_float16_fc(), 1e-3))
     struct.pack_into("<H", buf, 4, 1)
-    head_end = container._HEADER.size + struct.unpack_from("<I", buf, 12)[0]
+    head_end = container.HEADER.size + struct.unpack_from("<I", buf, 12)[0]
     struct.pack_into("<I", buf, head_end, zlib.crc32(buf[:head_end]))
     struct.pack_into("<I", buf, len(buf) - 4, zlib.crc32(buf[:-4]))
     with pytest.raises(FormatError, match="dtype"):
@@ -235,9 +235,9 @@ def test_float16_container_truncation_and_bit_flips_are_refused():
 @pytest.mark.parametrize("name", ["lenet300_f16.tflite", "lenet5_f16.tflite"])
 def test_float16_reference_model_packs_every_layer_and_keeps_accuracy(name):
     import pydsz
-    from pydsz.data import bundled, load_npz
-    from pydsz.model import TFLiteModel
-    from pydsz.runtime import accuracy
+    from pydsz.model.data import bundled, load_npz
+    from pydsz.model.graph import TFLiteModel
+    from pydsz.model.runtime import accuracy
 
     original = bundled(name).read_bytes()
     packed = pydsz.load(pydsz.pack_model(original, 2e-3, layers="all"))
@@ -256,8 +256,8 @@ def test_float16_reference_model_packs_every_layer_and_keeps_accuracy(name):
 
 @pytest.mark.parametrize("name", ["lenet300_int8.tflite", "lenet5_int8.tflite"])
 def test_int8_per_channel_weights_dequantize_with_their_channel_scale(name):
-    from pydsz.data import bundled
-    from pydsz.model import TFLiteModel
+    from pydsz.model.data import bundled
+    from pydsz.model.graph import TFLiteModel
 
     model = TFLiteModel(bundled(name).read_bytes())
     for layer in model.layers(kinds=("fc", "conv")):
@@ -269,8 +269,8 @@ def test_int8_per_channel_weights_dequantize_with_their_channel_scale(name):
 @pytest.mark.parametrize("bound", ["1q", "2q"])
 def test_int8_model_decodes_within_steps(bound):
     import pydsz
-    from pydsz.data import bundled
-    from pydsz.model import TFLiteModel
+    from pydsz.model.data import bundled
+    from pydsz.model.graph import TFLiteModel
 
     original = bundled("lenet5_int8.tflite").read_bytes()
     packed = pydsz.load(pydsz.pack_model(original, bound, layers="all"))
@@ -287,7 +287,7 @@ def test_int8_model_decodes_within_steps(bound):
 
 def test_int8_lossless_decodes_byte_identical():
     import pydsz
-    from pydsz.data import bundled
+    from pydsz.model.data import bundled
 
     original = bundled("lenet300_int8.tflite").read_bytes()
     packed = pydsz.load(pydsz.pack_model(original, 0, layers="all"))
@@ -297,8 +297,8 @@ def test_int8_lossless_decodes_byte_identical():
 @pytest.mark.runtime
 def test_int8_model_runs_in_litert_and_keeps_accuracy():
     import pydsz
-    from pydsz.data import bundled, load_npz
-    from pydsz.runtime import accuracy
+    from pydsz.model.data import bundled, load_npz
+    from pydsz.model.runtime import accuracy
 
     original = bundled("lenet5_int8.tflite").read_bytes()
     decoded = pydsz.load(pydsz.pack_model(original, "1q", layers="all")).tflite_bytes()
@@ -308,7 +308,7 @@ def test_int8_model_runs_in_litert_and_keeps_accuracy():
 
 def test_int8_layer_refuses_an_absolute_bound():
     import pydsz
-    from pydsz.data import bundled
+    from pydsz.model.data import bundled
     from pydsz.errors import InputError
 
     with pytest.raises(InputError, match="fc1 stores int8 weights: give its bound in quantization steps"):
@@ -317,7 +317,7 @@ def test_int8_layer_refuses_an_absolute_bound():
 
 def test_int8_info_shows_steps():
     import pydsz
-    from pydsz.data import bundled
+    from pydsz.model.data import bundled
 
     rows = pydsz.load(pydsz.pack_model(bundled("lenet300_int8.tflite").read_bytes(), {"fc2": "2q"})).info()["tensors"]
     fc2 = next(r for r in rows if r["name"] == "fc2")
@@ -328,8 +328,8 @@ def test_int8_info_shows_steps():
 def test_int8_model_compresses_under_an_accuracy_budget_in_steps():
     """Assessment measures int8 layers at whole steps (0, 1, 2, ...) and the pipeline packs them as such."""
     import pydsz
-    from pydsz.data import bundled, load_npz
-    from pydsz.pipeline import compress
+    from pydsz.model.data import bundled, load_npz
+    from pydsz.compress.pipeline import compress
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     result = compress(bundled("lenet300_int8.tflite").read_bytes(), x[:1000], y[:1000], 0.01)
@@ -339,7 +339,7 @@ def test_int8_model_compresses_under_an_accuracy_budget_in_steps():
     entries = {e.name: e for e in pydsz.load(result.dsz).entries}
     assert entries and all(e.dtype == "int8" and e.error_bound == int(e.error_bound) for e in entries.values())
     # the report says steps, as `dsz pack -e 2q` takes them
-    from pydsz.report import layer_table, to_dict
+    from pydsz.compress.report import layer_table, to_dict
     assert all(l.bound_unit == "steps" for l in result.layers) and any(l.bound for l in result.layers)
     rows = {line.split()[0]: line.split()[3] for line in layer_table(result).splitlines()[2:]}
     assert all(rows[l.name] == (f"{l.bound:g}q" if l.bound else "lossless") for l in result.layers)
@@ -350,13 +350,14 @@ def test_int8_model_compresses_under_an_accuracy_budget_in_steps():
 def test_tensor_at_an_unaligned_offset_decodes_through_a_copy(dtype):
     """No TFLite writer puts weights at an odd offset, but a .dsz may say so: the value is still right."""
     import pydsz
-    from pydsz import container
+    from pydsz.encode import pack
+    from pydsz.format import container
 
     w = np.linspace(-1, 1, 24).astype(dtype).reshape(4, 6)
     model = bytes(range(7)) + bytes(w.nbytes) + bytes(5)
     entry = container.TensorEntry("fc1", 1, 7, w.nbytes, (4, 6), "dense", 1e-3, codec.compress_array(w, 1e-3),
                                   np.dtype(dtype).name)
-    decoded = pydsz.load(container._serialize(len(model), model, [entry])).tflite_bytes()
+    decoded = pydsz.load(pack._serialize(len(model), model, [entry])).tflite_bytes()
     assert decoded[:7] == bytes(range(7)) and decoded[-5:] == bytes(5)
     y = np.frombuffer(decoded[7:7 + w.nbytes], dtype).reshape(4, 6)
     assert np.abs(y.astype(np.float64) - w.astype(np.float64)).max() <= 1e-3
@@ -367,7 +368,7 @@ def test_pruned_uint8_layer_with_a_zero_point_is_coded_dense():
     sparse coding would store every pruned value as a non-zero, so the smaller dense stream is chosen."""
     import pydsz
     import tflite
-    from pydsz.model import TFLiteModel
+    from pydsz.model.graph import TFLiteModel
     from test_model import build_tflite
 
     rng = np.random.default_rng(5)

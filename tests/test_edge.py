@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 import pydsz
-from pydsz import _core, codec, container
-from pydsz.container import TensorEntry, _serialize
-from pydsz.data import bundled
+from pydsz import _core
+from pydsz.format import codec, container
+from pydsz.encode import pack
+from pydsz.format.container import TensorEntry
+from pydsz.encode.pack import _serialize
+from pydsz.model.data import bundled
 from test_model import build_tflite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +123,7 @@ def test_libdsz_refuses_big_endian_hosts(tmp_path):
 def test_the_edge_demo_decodes_gathered_entries_as_the_library_does():
     lenet5 = bundled("lenet5.tflite").read_bytes()
     bounds = {"conv1": 0.01, "conv2": 0.01, "fc1": 0.01, "fc2": 0.01}
-    model = pydsz.load(container.pack_model(lenet5, bounds, "all", gather_small=True, constants_rel=2.0 ** -10))
+    model = pydsz.load(pack.pack_model(lenet5, bounds, "all", gather_small=True, constants_rel=2.0 ** -10))
     assert any(e.representation == "gathered" for e in model.entries)
     tflite, stages = decode_timed(model)
     assert tflite == model.tflite_bytes() and stages.total > 0

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from pydsz import pipeline
-from pydsz.data import bundled, load_npz
+from pydsz.compress import pipeline
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
-from pydsz.model import TFLiteModel
+from pydsz.model.graph import TFLiteModel
 
 
 def _dsz(*args):

@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pydsz import executor, metrics, pipeline
-from pydsz.data import bundled, load_npz
+from pydsz.assess import executor
+from pydsz.budget import metrics
+from pydsz.compress import pipeline
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
 
 pytest.importorskip("distributed")

@@ -7,12 +7,16 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import pydsz
-from pydsz import codec, constants, container, gather
-from pydsz.container import TensorEntry, _serialize
-from pydsz.data import bundled, load_npz
+from pydsz.encode import gather, pack
+from pydsz.format import codec, spans
+from pydsz.model import selection
+from pydsz.encode import constants
+from pydsz.format.container import TensorEntry
+from pydsz.encode.pack import _serialize
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import FormatError
-from pydsz.model import TFLiteModel
-from pydsz.pipeline import compress
+from pydsz.model.graph import TFLiteModel
+from pydsz.compress.pipeline import compress
 
 LENET5 = bundled("lenet5.tflite").read_bytes()
 LENET5_F16 = bundled("lenet5_f16.tflite").read_bytes()
@@ -27,11 +31,11 @@ def test_quantized_spans_keep_every_value_within_its_bound(data, dtype, bound):
     found = gather.quantize(values, bound)
     if found is None:  # only where the dtype cannot hold the values that finely, or the integers would
         # be too large for it: they keep their own stream
-        assert np.abs(values.astype(np.float64)).max() / bound > gather.MAX_INTEGER[np.dtype(dtype).name] / 4
+        assert np.abs(values.astype(np.float64)).max() / bound > spans.MAX_INTEGER[np.dtype(dtype).name] / 4
         return
     q, step = found
     assert q.dtype == dtype and np.array_equal(q, np.rint(q)) and 0 < step <= 2 * bound
-    err = np.abs(values.astype(np.float64) - gather.dequantize(q, step, dtype))
+    err = np.abs(values.astype(np.float64) - spans.dequantize(q, step, dtype))
     assert err.max() <= bound
 
 
@@ -54,13 +58,13 @@ def _changed_bytes(model: TFLiteModel, names, buffers) -> np.ndarray:
 def test_every_value_within_its_bound_and_the_rest_identical(bounds, rel, layers, stored):
     original = {"float32": LENET5, "float16": LENET5_F16}[stored]
     chosen = {name: b for name, b in zip(LAYERS, bounds) if layers == "all" or name.startswith("fc")}
-    packed = pydsz.load(container.pack_model(original, chosen, layers, gather_small=True, constants_rel=rel))
+    packed = pydsz.load(pack.pack_model(original, chosen, layers, gather_small=True, constants_rel=rel))
     decoded = packed.tflite_bytes()
     before, after = TFLiteModel(original), TFLiteModel(decoded)
     for name, bound in chosen.items():  # within the bound of the values as stored
         err = np.abs(before.stored(name).astype(np.float64) - after.stored(name))
         assert err.max() <= bound
-    kinds = container.KINDS[layers]
+    kinds = selection.KINDS[layers]
     held = constants.buffers(before, stored.upper(), kinds) if rel else []
     for b in held:
         t = next(t.index for t in before.tensors if t.buffer == b)
@@ -80,8 +84,8 @@ def test_every_value_within_its_bound_and_the_rest_identical(bounds, rel, layers
 
 def test_gathering_makes_a_model_of_small_layers_smaller():
     bounds = {"conv1": 0.01, "conv2": 0.01, "fc1": 0.01, "fc2": 0.01}
-    plain = container.pack_model(LENET5, bounds, "all")
-    gathered = container.pack_model(LENET5, bounds, "all", gather_small=True, constants_rel=2.0 ** -10)
+    plain = pack.pack_model(LENET5, bounds, "all")
+    gathered = pack.pack_model(LENET5, bounds, "all", gather_small=True, constants_rel=2.0 ** -10)
     assert len(gathered) < len(plain)
     names = [n for e in pydsz.load(gathered).entries if e.representation == "gathered" for n in e.name.split(",")]
     assert "conv1:20x5x5x1" in names and "" in names  # a small kernel and the constants are gathered

@@ -114,7 +114,7 @@ def _pruned(rng, shape, sparsity, scale=0.05):
 
 
 def test_reference_reconstruction_is_the_decoders():
-    codec = pytest.importorskip("pydsz.codec")
+    codec = pytest.importorskip("pydsz.format.codec")
     rng = np.random.default_rng(2)
     w = _pruned(rng, (64, 300), 0.9)
     for eb in BOUNDS:
@@ -135,7 +135,7 @@ def test_estimate_bytes_is_entropy_plus_outliers():
 
 
 def test_reference_correct_is_prunes_count():
-    trainer = pytest.importorskip("pydsz.train")
+    trainer = pytest.importorskip("pydsz.prune.train")
     rng = np.random.default_rng(3)
     layers = [trainer.Dense("fc1", _pruned(rng, (32, 50), 0.5), rng.standard_normal(32).astype(np.float32), "RELU"),
               trainer.Dense("fc2", _pruned(rng, (10, 32), 0.5), rng.standard_normal(10).astype(np.float32), "NONE")]
@@ -206,7 +206,7 @@ def test_gpu_histograms_of_many_bounds(gpu):
 def test_gpu_reconstruction_is_the_decoders(gpu):
     from pydsz.gpu import quantize
 
-    codec = pytest.importorskip("pydsz.codec")
+    codec = pytest.importorskip("pydsz.format.codec")
     rng = np.random.default_rng(7)
     w = _pruned(rng, (300, 257), 0.9)
     for eb in BOUNDS:
@@ -220,7 +220,7 @@ def test_gpu_codes_give_the_encoders_bytes(gpu):
     codes give equal bytes; check the codes on the very values the sparse encoder quantizes."""
     from pydsz.gpu import quantize
 
-    codec = pytest.importorskip("pydsz.codec")
+    codec = pytest.importorskip("pydsz.format.codec")
     rng = np.random.default_rng(8)
     w = _pruned(rng, (128, 200), 0.91)
     values = w.reshape(-1)[np.flatnonzero(w)]
@@ -267,8 +267,8 @@ def test_gpu_top1_counts_like_numpy_argmax(gpu):
 
 
 def _numpy_tail(rng, widths):
-    """A pydsz.tail.Tail of dense layers and a final softmax, as Tail.from_model builds one."""
-    from pydsz.tail import Step, Tail
+    """A pydsz.model.tail.Tail of dense layers and a final softmax, as Tail.from_model builds one."""
+    from pydsz.model.tail import Step, Tail
 
     layers = _tail(rng, widths)
     steps = [Step("fc", "FULLY_CONNECTED", name=l.name, activation=l.activation, shape=(l.weight.shape[0],))
@@ -300,13 +300,13 @@ def test_gpu_tail_hits_match_numpy(gpu):
 
 
 def _dense_layers(trainer, rng):
-    """A small half-pruned tail as pydsz.train trains it (train.Dense layers)."""
+    """A small half-pruned tail as pydsz.prune.train trains it (train.Dense layers)."""
     return [trainer.Dense(l.name, l.weight, l.bias, l.activation) for l in _tail(rng, (50, 40, 10), 0.5)]
 
 
 @pytest.mark.gpu
 def test_gpu_forward_matches_numpy(gpu):
-    trainer = pytest.importorskip("pydsz.train")
+    trainer = pytest.importorskip("pydsz.prune.train")
     from pydsz.gpu import train
 
     rng = np.random.default_rng(15)
@@ -369,7 +369,7 @@ def test_gpu_sweep_matches_cpu(gpu):
 
 @pytest.mark.gpu
 def test_gpu_adam_step_is_numpys_and_keeps_the_mask(gpu):
-    trainer = pytest.importorskip("pydsz.train")
+    trainer = pytest.importorskip("pydsz.prune.train")
     from pydsz.gpu import train
 
     rng = np.random.default_rng(12)
@@ -394,7 +394,7 @@ def test_gpu_adam_step_is_numpys_and_keeps_the_mask(gpu):
 
 @pytest.mark.gpu
 def test_gpu_gradients_match_numpy(gpu):
-    trainer = pytest.importorskip("pydsz.train")
+    trainer = pytest.importorskip("pydsz.prune.train")
     from pydsz.gpu import train
 
     rng = np.random.default_rng(13)
@@ -410,9 +410,9 @@ def test_gpu_gradients_match_numpy(gpu):
 
 @pytest.mark.gpu
 def test_gpu_retrain_matches_numpy(gpu):
-    """pydsz.train.retrain's loop on GpuSteps against NumpySteps: gradual pruning, distillation and the
+    """pydsz.prune.train.retrain's loop on GpuSteps against NumpySteps: gradual pruning, distillation and the
     running mean; the same sparsity exactly, the weights equal up to float summation order."""
-    trainer = pytest.importorskip("pydsz.train")
+    trainer = pytest.importorskip("pydsz.prune.train")
 
     rng = np.random.default_rng(17)
     layers = [trainer.Dense(l.name, l.weight * 4, l.bias, l.activation) for l in _tail(rng, (30, 40, 10), 0.0)]

@@ -1,15 +1,16 @@
-"""`dsz bench --layers all` (pydsz.headtohead): the model as given against what users pick instead."""
+"""`dsz bench --layers all` (pydsz.bench.headtohead): the model as given against what users pick instead."""
 
 import json
 
 import numpy as np
 import pytest
 
-from pydsz import headtohead, runtime
-from pydsz.baselines import litert, quantized
-from pydsz.data import bundled, load_npz
+from pydsz.bench import headtohead
+from pydsz.model import runtime
+from pydsz.bench.baselines import litert, quantized
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
-from pydsz.model import TFLiteModel
+from pydsz.model.graph import TFLiteModel
 
 SAMPLES = 200
 
@@ -71,7 +72,7 @@ def test_comparison_at_equal_test_loss():
 
 @pytest.fixture(scope="module")
 def splits():
-    (x, y), (xt, yt) = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
+    (x, _), (xt, _) = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
     return (x[:SAMPLES], None), (xt[:SAMPLES], None)
 
 

@@ -4,10 +4,10 @@ and cached activations memory-mapped from disk (--max-cache-memory) with results
 import numpy as np
 import pytest
 
-from pydsz import cache, runtime
-from pydsz.data import bundled, load_npz
+from pydsz.model import cache, runtime
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
-from pydsz.model import TFLiteModel
+from pydsz.model.graph import TFLiteModel
 from test_cli import dsz
 
 

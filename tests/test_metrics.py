@@ -14,11 +14,16 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pydsz import container, metrics, pipeline, runtime
-from pydsz.assess import Evaluator
-from pydsz.data import bundled, load_npz
+from pydsz.format import container
+
+from pydsz.encode import pack
+from pydsz.budget import metrics
+from pydsz.compress import pipeline
+from pydsz.model import runtime
+from pydsz.assess.evaluator import Evaluator
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
-from pydsz.model import TFLiteModel
+from pydsz.model.graph import TFLiteModel
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -176,7 +181,7 @@ def test_top1_gives_the_same_bytes_and_numbers_as_before_metrics(val):
     """Recorded with the code before the metrics seam (commit 626f192): the .dsz, every measured
     point of every layer and the verification's measured drops are unchanged. (Bound 0's sizes
     since updated: they are now zstd with the container's own parameters, 1 byte more for fc1. The
-    main job's file now gathers small layers and the biases (issue 28, pydsz.gather): the bytes
+    main job's file now gathers small layers and the biases (issue 28, pydsz.encode.gather): the bytes
     recorded are those of its chosen bounds packed without gathering, and the verification's drops
     those of the weights before the constants are gathered.)"""
     recorded = json.loads((FIXTURES / "top1_before_metrics.json").read_text())
@@ -185,7 +190,7 @@ def test_top1_gives_the_same_bytes_and_numbers_as_before_metrics(val):
         x, y = val[0][:int(n)], val[1][:int(n)]
         model = bundled(f"{name}.tflite").read_bytes()
         result = pipeline.compress(model, x, y, 0.003, metric="top1")
-        plain = container.pack_model(model, {l.name: l.bound for l in result.layers})
+        plain = pack.pack_model(model, {l.name: l.bound for l in result.layers})
         assert hashlib.sha256(plain).hexdigest() == before["sha256"], key
         assert {k: [[p.bound, p.size, p.loss, p.lost, p.gained] for p in v] for k, v in result.curves.items()} \
             == before["curves"], key
@@ -260,7 +265,7 @@ def test_one_output_of_several_by_name_with_labels(multitask, multitask_data):
 
 
 def test_output_errors_of_several_layers_are_planned_in_quadrature():
-    from pydsz.assess import Point
+    from pydsz.assess.ladder import Point
 
     # two layers whose larger bound costs 0.6 of the budget each: 0.6 + 0.6 > 1, 0.36 + 0.36 <= 1
     n, allowed = 100, 0.01 * 100
@@ -382,8 +387,8 @@ def test_cli_bad_metric_or_data_is_one_line_and_writes_nothing(files, tmp_path, 
 
 
 def test_a_judge_says_which_output_a_models_drift_is_on(multitask, multitask_data):
-    from pydsz.bench import Judge
-    from pydsz.headtohead import Files, _int_b
+    from pydsz.bench.anchors import Judge
+    from pydsz.bench.headtohead import Files, _int_b
 
     x, _ = multitask_data
     judge = Judge(multitask, (x, None), metrics.get("output-error"), None)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pydsz.errors import FormatError, InputError
-from pydsz.model import TFLiteModel
+from pydsz.model.graph import TFLiteModel
 
 DATA = Path(__file__).parents[1] / "pydsz" / "data"
 

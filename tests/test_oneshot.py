@@ -1,4 +1,4 @@
-"""One-shot pruning and compensated quantization (pydsz.oneshot) on the bundled models and random layers."""
+"""One-shot pruning and compensated quantization (pydsz.prune.oneshot) on the bundled models and random layers."""
 
 from pathlib import Path
 
@@ -7,12 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz import codec, gptq, oneshot, runtime
-from pydsz.data import bundled, load_npz
+from pydsz.format import codec
+from pydsz.prune import gptq, oneshot
+from pydsz.model import runtime
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
-from pydsz.compensate import SHARED_SAMPLES, Compensator
-from pydsz.model import Layer, TFLiteModel
-from pydsz.masks import density, magnitude_mask
+from pydsz.compress.compensation import SHARED_SAMPLES, Compensator
+from pydsz.model.graph import Layer, TFLiteModel
+from pydsz.prune.masks import density, magnitude_mask
 from test_model import build_tflite, f32
 
 DATA = Path(__file__).resolve().parent.parent / "pydsz" / "data"
@@ -254,7 +256,7 @@ def test_a_hessian_too_large_is_refused_naming_the_layer(lenet300, calibration):
 
 
 def test_oneshot_auto_prunes_within_the_budget_on_the_ladder(lenet300, calibration):
-    from pydsz.masks import AUTO_LADDER
+    from pydsz.prune.masks import AUTO_LADDER
 
     x, y = load_npz(DATA / "fmnist_val.npz")
     result = oneshot.prune_model(lenet300, calibration, (x, y), "auto", auto_budget=0.01)
@@ -270,7 +272,8 @@ def test_oneshot_prunes_without_labels(lenet300, calibration):
 
 
 def test_compress_with_compensation_keeps_the_budget_and_the_bound_on_what_it_stores():
-    from pydsz import container, pipeline
+    from pydsz.format import container
+    from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     x, y = x[:1000], y[:1000]
@@ -288,8 +291,8 @@ def test_compress_with_compensation_keeps_the_budget_and_the_bound_on_what_it_st
 
 
 def test_masked_retraining_holds_the_one_shot_masks_and_recovers_accuracy(lenet300, calibration):
-    from pydsz.data import fashion_mnist
-    from pydsz.prune import retrain_masked
+    from pydsz.model.data import fashion_mnist
+    from pydsz.prune.retraining import retrain_masked
 
     x, y = fashion_mnist("train")
     val = load_npz(DATA / "fmnist_val.npz")
@@ -333,7 +336,8 @@ def test_compensation_from_a_disjoint_calibration_set_lowers_the_error_on_held_o
 
 
 def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data():
-    from pydsz import container, pipeline
+    from pydsz.format import container
+    from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     data = bundled("lenet300.tflite").read_bytes()
@@ -353,7 +357,7 @@ def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data
 
 
 def test_compress_compensating_on_its_own_data_warns_that_they_share_the_samples():
-    from pydsz import pipeline
+    from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
@@ -362,7 +366,7 @@ def test_compress_compensating_on_its_own_data_warns_that_they_share_the_samples
 
 
 def test_calibration_samples_that_are_also_in_the_data_are_counted_in_a_warning():
-    from pydsz import pipeline
+    from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
@@ -371,7 +375,7 @@ def test_calibration_samples_that_are_also_in_the_data_are_counted_in_a_warning(
 
 
 def test_a_calibration_set_of_another_shape_is_refused_by_name():
-    from pydsz import pipeline
+    from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     with pytest.raises(InputError, match=r"calibration has samples of shape \(14, 14\)"):
@@ -380,7 +384,7 @@ def test_a_calibration_set_of_another_shape_is_refused_by_name():
 
 
 def test_a_calibration_set_without_compensation_is_refused():
-    from pydsz import pipeline
+    from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     with pytest.raises(InputError, match="give compensate too"):
@@ -406,7 +410,7 @@ def test_a_conv_layer_counts_its_patches_as_rows(lenet5):
 
 
 def test_a_model_of_two_inputs_compensates_from_a_calibration_set_of_both():
-    from pydsz import pipeline
+    from pydsz.compress import pipeline
 
     x, _ = load_npz(bundled("fmnist_val.npz"))
 

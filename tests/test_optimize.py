@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pydsz.errors import InputError
-from pydsz.optimize import Option, minimize_loss, minimize_size
+from pydsz.budget.knapsack import Option, minimize_loss, minimize_size
 
 UNIT = 1 / 5000
 

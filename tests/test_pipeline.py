@@ -5,12 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from pydsz import container, demo, pipeline, runtime
-from pydsz.assess import Point
-from pydsz.data import bundled, load_npz
+from pydsz.format import container
+from pydsz.compress import demo, pipeline
+from pydsz.model import runtime
+from pydsz.assess.ladder import Point
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
 from pydsz.gpu import device
-from pydsz.report import layer_table, totals_line, write_report
+from pydsz.compress.report import layer_table, totals_line, write_report
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,7 @@ def test_chosen_bounds_are_what_the_file_holds(result):
 
 
 def test_verification_tightens_when_losses_do_not_add_up(lenet300, val, monkeypatch):
-    real_assess = pipeline.planner.assess
+    real_assess = pipeline.plan.assess
 
     def optimistic(*args, **kwargs):
         # Claim every bound is free: the optimizer then picks the largest ones and only the
@@ -68,7 +70,7 @@ def test_verification_tightens_when_losses_do_not_add_up(lenet300, val, monkeypa
                                    for p in points] for name, points in assessment.table.items()}
         return assessment
 
-    monkeypatch.setattr(pipeline.planner, "assess", optimistic)
+    monkeypatch.setattr(pipeline.plan, "assess", optimistic)
     result = pipeline.compress(lenet300, *val, max_loss=0.002)
     assert len(result.attempts) > 1
     assert result.attempts[0]["loss"] > result.allowed

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz import pipeline, plan
-from pydsz.data import bundled, load_npz
+from pydsz.compress import pipeline
+from pydsz.assess import plan
+from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
-from pydsz.ladder import GRID, MAX_FITTED, Fitted, Ladder, Point, scale
-from pydsz.model import TFLiteModel
-from pydsz.selection import compressible_layers
+from pydsz.assess.ladder import GRID, MAX_FITTED, Fitted, Ladder, Point, scale
+from pydsz.model.graph import TFLiteModel
+from pydsz.model.selection import compressible_layers
 
 
 def _run(ladder, loss):
@@ -86,7 +87,7 @@ def test_a_smooth_metric_measures_fewer_bounds_than_the_ladder_and_meets_the_bud
 
 
 def test_triage_groups_the_layers_that_cannot_pay_for_their_evaluations(val, monkeypatch):
-    from pydsz.evaluator import Evaluator
+    from pydsz.assess.evaluator import Evaluator
 
     data = bundled("lenet5.tflite").read_bytes()
     names = ["conv1", "conv2", "fc1", "fc2"]

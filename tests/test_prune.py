@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pydsz.errors import InputError
-from pydsz.masks import density, magnitude_mask
-from pydsz.train import Dense, _gradients, count_correct, forward, retrain
+from pydsz.prune.masks import density, magnitude_mask
+from pydsz.prune.train import Dense, _gradients, count_correct, forward, retrain
 
 
 def _task(seed=0, n=6000, d=40, classes=5):
@@ -33,7 +33,7 @@ def test_magnitude_mask_reaches_the_asked_sparsity(sparsity):
 @given(st.integers(1, 40), st.integers(1, 40), st.floats(0, 0.99), st.sampled_from([None, 7]), st.integers(0, 2**31))
 def test_magnitude_mask_keeps_the_largest_and_the_first_of_the_tied(rows, cols, sparsity, slice_, seed):
     """Against a full sort: zeros (also -0.0) and ties at the threshold, the ties kept in order."""
-    from pydsz import masks
+    from pydsz.prune import masks
 
     rng = np.random.default_rng(seed)
     w = (rng.integers(-3, 4, (rows, cols)) * (rng.random((rows, cols)) > 0.4)).astype(np.float32)
@@ -57,7 +57,7 @@ def test_magnitude_mask_keeps_the_largest_and_the_first_of_the_tied(rows, cols, 
 @given(st.integers(1, 300), st.integers(1, 50), st.sampled_from([None, 101, 128]), st.integers(0, 2**31))
 def test_the_mean_square_is_numpys_to_the_last_bit(rows, cols, slice_, seed):
     """retrain's input scale, summed in slices, equals np.mean of a float64 square exactly."""
-    from pydsz import masks, train
+    from pydsz.prune import masks, train
 
     h = (np.random.default_rng(seed).standard_normal((rows, cols)) * 40).astype(np.float32)
     old = masks.SLICE
@@ -72,7 +72,7 @@ def test_adam_held_at_a_mask_equals_adam_on_every_weight_masked():
     """The moments kept only at the mask's entries, the mask tightened twice (the moments regathered):
     the same weights, bit for bit, as the moments of every weight with gradient and weight masked
     (the sign of a pruned weight's zero aside: -0.0 or 0.0, which multiplies and sums alike)."""
-    from pydsz import train
+    from pydsz.prune import train
 
     rng = np.random.default_rng(5)
     w = rng.standard_normal((37, 29)).astype(np.float32)
@@ -151,7 +151,7 @@ def test_retraining_is_deterministic_and_leaves_its_input_alone():
 def test_adam_in_slices_equals_adam_whole(monkeypatch):
     """Adam's update runs elementwise slice by slice through small scratch buffers: elementwise float32
     operations in the same order, so slices of 101 values give the same bits as one slice."""
-    from pydsz import masks, train
+    from pydsz.prune import masks, train
 
     rng = np.random.default_rng(4)
     w = rng.standard_normal((37, 29)).astype(np.float32)
@@ -178,7 +178,7 @@ def test_retraining_in_slices_equals_retraining_whole_to_rounding(monkeypatch):
     across OpenBLAS's Haswell, Zen, SkylakeX, Sandybridge and Prescott kernels: at most 4e-6 of that
     move; the bound below keeps 25x of room and is still a thousand times below a wrong result (a
     skipped or twice-applied block moves a weight by the whole step)."""
-    from pydsz import masks
+    from pydsz.prune import masks
 
     x, y, layers = _task(n=1000)
     run = lambda: retrain(layers, {}, x, y, epochs=1, targets={"fc1": 0.8}, teacher=layers)  # noqa: E731
@@ -209,7 +209,7 @@ def test_labels_beyond_the_outputs_are_an_input_error():
 
 @pytest.fixture(scope="module")
 def fmnist():
-    from pydsz.data import bundled, fashion_mnist, load_npz
+    from pydsz.model.data import bundled, fashion_mnist, load_npz
 
     x, y = fashion_mnist("train")
     xv, yv = load_npz(bundled("fmnist_val.npz"))
@@ -217,15 +217,15 @@ def fmnist():
 
 
 def _weights(data):
-    from pydsz.model import TFLiteModel
+    from pydsz.model.graph import TFLiteModel
 
     model = TFLiteModel(data)
     return {l.name: np.array(model.weight(l)) for l in model.layers(("fc", "conv"))}
 
 
 def test_prune_model_reaches_the_asked_sparsity_and_holds_it(fmnist):
-    from pydsz.data import bundled
-    from pydsz.prune import prune_model
+    from pydsz.model.data import bundled
+    from pydsz.prune.retraining import prune_model
 
     data = bundled("lenet300.tflite").read_bytes()
     result = prune_model(data, *fmnist, {"fc1": 0.9, "fc2": 0.8}, epochs=1)
@@ -238,8 +238,8 @@ def test_prune_model_reaches_the_asked_sparsity_and_holds_it(fmnist):
 
 
 def test_already_sparse_layers_are_not_pruned_again(fmnist):
-    from pydsz.data import bundled
-    from pydsz.prune import prune_model
+    from pydsz.model.data import bundled
+    from pydsz.prune.retraining import prune_model
 
     data = bundled("lenet300.tflite").read_bytes()
     once = prune_model(data, *fmnist, {"fc1": 0.9, "fc2": 0.8, "fc3": 0.6}, epochs=1)
@@ -249,8 +249,8 @@ def test_already_sparse_layers_are_not_pruned_again(fmnist):
 
 
 def test_lenet5_keeps_its_conv_trunk(fmnist):
-    from pydsz.data import bundled
-    from pydsz.prune import prune_model
+    from pydsz.model.data import bundled
+    from pydsz.prune.retraining import prune_model
 
     data = bundled("lenet5.tflite").read_bytes()
     result = prune_model(data, *fmnist, 0.9, epochs=0.5)
@@ -260,9 +260,9 @@ def test_lenet5_keeps_its_conv_trunk(fmnist):
 
 
 def test_auto_climbs_the_ladder(fmnist):
-    from pydsz.data import bundled
-    from pydsz.masks import AUTO_LADDER
-    from pydsz.prune import prune_model
+    from pydsz.model.data import bundled
+    from pydsz.prune.masks import AUTO_LADDER
+    from pydsz.prune.retraining import prune_model
 
     data = bundled("lenet300.tflite").read_bytes()
     result = prune_model(data, *fmnist, "auto", epochs=0.5, auto_budget=0.05)
@@ -276,8 +276,8 @@ def test_auto_climbs_the_ladder(fmnist):
 def test_auto_bisects_above_the_brief_choice_by_full_retraining(fmnist):
     import re
 
-    from pydsz.data import bundled
-    from pydsz.prune import prune_model
+    from pydsz.model.data import bundled
+    from pydsz.prune.retraining import prune_model
 
     # one-epoch trials lose far more than four epochs of retraining do: the full retrainings go higher
     data = bundled("lenet300.tflite").read_bytes()
@@ -300,8 +300,8 @@ def _plan(note: str, layers) -> dict:
 
 
 def test_auto_reports_a_validation_set_too_small_for_its_budget(fmnist):
-    from pydsz.data import bundled
-    from pydsz.prune import prune_model
+    from pydsz.model.data import bundled
+    from pydsz.prune.retraining import prune_model
 
     # 1,000 samples and a budget of 2: half an epoch of retraining alone flips dozens of predictions
     data = bundled("lenet300.tflite").read_bytes()
@@ -310,14 +310,14 @@ def test_auto_reports_a_validation_set_too_small_for_its_budget(fmnist):
 
 
 def test_auto_decides_the_largest_layers_first():
-    from pydsz.masks import by_size
+    from pydsz.prune.masks import by_size
 
     assert by_size(["fc1", "fc2", "fc3"], {"fc1": 1000, "fc2": 50000, "fc3": 1000}) == ["fc2", "fc1", "fc3"]
 
 
 def test_a_tiny_training_set_is_an_input_error(fmnist):
-    from pydsz.data import bundled
-    from pydsz.prune import prune_model
+    from pydsz.model.data import bundled
+    from pydsz.prune.retraining import prune_model
 
     (x, y), val = fmnist
     with pytest.raises(InputError, match="too small"):
@@ -325,8 +325,8 @@ def test_a_tiny_training_set_is_an_input_error(fmnist):
 
 
 def test_a_default_sparsity_with_per_layer_overrides():
-    from pydsz.container import OTHERS
-    from pydsz.masks import sparsity_targets
+    from pydsz.encode.pack import OTHERS
+    from pydsz.prune.masks import sparsity_targets
 
     assert sparsity_targets(["fc1", "fc2", "fc3"], {OTHERS: 0.9, "fc3": 0.5}) == {"fc1": 0.9, "fc2": 0.9, "fc3": 0.5}
     with pytest.raises(InputError, match="fc4"):

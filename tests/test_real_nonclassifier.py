@@ -88,8 +88,8 @@ def _dsz(*args, cwd):
 def test_runtime_outputs_match_the_model_run_one_image_at_a_time(name):
     """What compress and eval measure rests on runtime.outputs giving each sample the model's own
     outputs; MediaPipe's models fix the batch at 1 inside the graph."""
-    from pydsz import runtime
-    from pydsz.model import TFLiteModel
+    from pydsz.model import runtime
+    from pydsz.model.graph import TFLiteModel
 
     model = _need(name)
     x = _images(CACHE / name / "calib", 6)

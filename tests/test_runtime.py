@@ -7,9 +7,11 @@ import pytest
 import tflite
 from test_model import build_tflite, f32
 
-from pydsz import gptq, runtime
+from pydsz.prune import gptq
+from pydsz.format.interpreter import REPACK_LIMIT, RUNTIMES, interpreter_class, make_interpreter
+from pydsz.model import runtime
 from pydsz.errors import DszError, InputError
-from pydsz.model import TFLiteModel
+from pydsz.model.graph import TFLiteModel
 
 # these run a TFLite interpreter: CI runs them again under tflite-runtime
 pytestmark = pytest.mark.runtime
@@ -36,16 +38,16 @@ def test_set():
 def test_litert_is_found(monkeypatch):
     interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
     monkeypatch.delenv("DSZ_RUNTIME", raising=False)
-    assert runtime.interpreter_class() is interpreter
+    assert interpreter_class() is interpreter
 
 
 def test_environment_variable_forces_a_runtime(monkeypatch):
     interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
     monkeypatch.setenv("DSZ_RUNTIME", "litert")
-    assert runtime.interpreter_class() is interpreter
+    assert interpreter_class() is interpreter
     monkeypatch.setenv("DSZ_RUNTIME", "onnx")
     with pytest.raises(DszError, match="unknown TFLite runtime 'onnx'"):
-        runtime.interpreter_class()
+        interpreter_class()
 
 
 def test_missing_runtime_names_the_extra(monkeypatch):
@@ -53,28 +55,28 @@ def test_missing_runtime_names_the_extra(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "tflite_runtime.interpreter", None)
     monkeypatch.setitem(__import__("sys").modules, "tflite_runtime", None)
     with pytest.raises(DszError, match=r"pip install pydsz\[litert\]"):
-        runtime.interpreter_class("tflite-runtime")
+        interpreter_class("tflite-runtime")
 
 
-@pytest.mark.parametrize("name", sorted(runtime.RUNTIMES))
+@pytest.mark.parametrize("name", sorted(RUNTIMES))
 def test_every_installed_runtime_gives_the_same_predictions(name, lenet5, test_set):
     try:
-        interpreter = runtime.make_interpreter(lenet5, runtime=name)
+        interpreter = make_interpreter(lenet5, runtime=name)
     except DszError as exc:
         pytest.skip(str(exc))
     x, _ = test_set
     np.testing.assert_allclose(runtime.predict(interpreter, x[:200]), runtime.predict(lenet5, x[:200]), atol=1e-5)
 
 
-@pytest.mark.parametrize("name", sorted(runtime.RUNTIMES))
+@pytest.mark.parametrize("name", sorted(RUNTIMES))
 def test_a_model_over_the_repack_limit_runs_on_the_builtin_kernels_with_the_same_predictions(
         name, lenet5, test_set, monkeypatch):
     try:
-        reference = runtime.predict(runtime.make_interpreter(lenet5, runtime=name), test_set[0][:200])
+        reference = runtime.predict(make_interpreter(lenet5, runtime=name), test_set[0][:200])
     except DszError as exc:
         pytest.skip(str(exc))
-    monkeypatch.setattr(runtime, "REPACK_LIMIT", len(lenet5) - 1)
-    builtin = runtime.make_interpreter(lenet5, runtime=name)
+    monkeypatch.setattr("pydsz.format.interpreter.REPACK_LIMIT", len(lenet5) - 1)
+    builtin = make_interpreter(lenet5, runtime=name)
     np.testing.assert_allclose(runtime.predict(builtin, test_set[0][:200]), reference, atol=1e-5)
 
 
@@ -89,9 +91,9 @@ def test_a_model_over_the_repack_limit_keeps_no_copy_of_its_weights(test_set):
     model = build_tflite(
         [{"shape": [1, 4160]}, {"shape": [4096, 4160], "data": w.tobytes()}, {"shape": [1, 4096]}],
         [("FULLY_CONNECTED", [0, 1], [2])], inputs=[0], outputs=[2])
-    assert len(model) > runtime.REPACK_LIMIT
+    assert len(model) > REPACK_LIMIT
     before = _rss()
-    interpreter = runtime.make_interpreter(model)
+    interpreter = make_interpreter(model)
     out = runtime.predict(interpreter, np.ones((2, 4160), np.float32))
     assert _rss() - before < w.nbytes // 4
     np.testing.assert_allclose(out, np.ones((2, 4160), np.float32) @ w.T, rtol=1e-4, atol=1e-4)
@@ -99,13 +101,13 @@ def test_a_model_over_the_repack_limit_keeps_no_copy_of_its_weights(test_set):
 
 def test_make_interpreter_takes_bytearray_and_model(lenet300):
     for content in (bytearray(lenet300), memoryview(lenet300), TFLiteModel(lenet300)):
-        interpreter = runtime.make_interpreter(content, num_threads=1)
+        interpreter = make_interpreter(content, num_threads=1)
         assert interpreter.get_input_details()[0]["shape_signature"].tolist() == [-1, 784]
 
 
 def test_make_interpreter_rejects_garbage():
     with pytest.raises(DszError):
-        runtime.make_interpreter(b"not a model at all, not at all")
+        make_interpreter(b"not a model at all, not at all")
 
 
 @pytest.mark.parametrize("name", ["lenet300", "lenet5"])
@@ -130,7 +132,7 @@ def test_predict_accepts_flat_samples_for_an_image_model(lenet5, test_set):
 
 def test_predict_reuses_an_interpreter(lenet300, test_set):
     x, _ = test_set
-    interpreter = runtime.make_interpreter(lenet300)
+    interpreter = make_interpreter(lenet300)
     first = runtime.predict(interpreter, x[:100], batch_size=64)
     np.testing.assert_array_equal(runtime.predict(interpreter, x[:100], batch_size=64), first)
     np.testing.assert_allclose(runtime.predict(lenet300, x[:100]), first, atol=1e-6)

@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz import _core, codec
-from pydsz.errors import DszError, FormatError, InputError
-from pydsz.sparse import CSR
+from pydsz import _core
+from pydsz.format import codec
+from pydsz.errors import FormatError, InputError
+from pydsz.model.sparse import CSR
 
 # a bound per dtype: float bounds, whole steps of the integer types
 BOUNDS = {np.float32: st.sampled_from([1e-4, 1e-2, 0.5, 10.0]), np.float16: st.sampled_from([1e-3, 1e-2, 0.5]),

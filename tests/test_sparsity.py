@@ -1,10 +1,11 @@
-"""The sparsity planner (pydsz.sparsity): the size model, the family of plans, the search along it."""
+"""The sparsity planner (pydsz.prune.auto_sparsity): the size model, the family of plans, the search along it."""
 
 import numpy as np
 import pytest
 
-from pydsz import codec, sparsity as planner
-from pydsz.masks import AUTO_LADDER
+from pydsz.format import codec
+from pydsz.prune import auto_sparsity
+from pydsz.prune.masks import AUTO_LADDER
 
 
 def _layer(rows=64, cols=96, scale=1.0, seed=0):
@@ -12,36 +13,36 @@ def _layer(rows=64, cols=96, scale=1.0, seed=0):
 
 
 def test_the_size_model_is_libdszs_index_and_value_bytes():
-    w = planner.magnitude(_layer(), 0.9)
+    w = auto_sparsity.magnitude(_layer(), 0.9)
     info = codec.sparse_info(codec.encode_sparse(w, 0.01))
-    assert planner.stored_bytes(w, 0.01) == info["data_bytes"] + info["index_bytes"]
+    assert auto_sparsity.stored_bytes(w, 0.01) == info["data_bytes"] + info["index_bytes"]
 
 
 def test_a_large_layer_is_sized_on_a_sample_of_its_rows_in_proportion(monkeypatch):
-    w = planner.magnitude(_layer(rows=512, cols=256), 0.9)
-    whole = planner.stored_bytes(w, 0.01)
-    monkeypatch.setattr(planner, "SIZE_SAMPLE", w.size // 8)
-    assert planner.stored_bytes(w, 0.01) == pytest.approx(whole, rel=0.1)
+    w = auto_sparsity.magnitude(_layer(rows=512, cols=256), 0.9)
+    whole = auto_sparsity.stored_bytes(w, 0.01)
+    monkeypatch.setattr(auto_sparsity, "SIZE_SAMPLE", w.size // 8)
+    assert auto_sparsity.stored_bytes(w, 0.01) == pytest.approx(whole, rel=0.1)
 
 
 def test_a_sparser_layer_pays_more_bytes_per_kept_weight():
     """Not the kept count: the index's gaps grow with the sparsity, so do their codes."""
     w = _layer(rows=128, cols=256)
-    bound = planner.reference_bound(w)
-    per_kept = [planner.stored_bytes(planner.magnitude(w, s), bound) / ((1 - s) * w.size) for s in (0.5, 0.95)]
+    bound = auto_sparsity.reference_bound(w)
+    per_kept = [auto_sparsity.stored_bytes(auto_sparsity.magnitude(w, s), bound) / ((1 - s) * w.size) for s in (0.5, 0.95)]
     assert per_kept[1] > per_kept[0]
 
 
 def _curve(name, losses, sizes):
-    return planner.Curve(name, (0.0, *AUTO_LADDER[:len(losses) - 1]), tuple(losses), tuple(sizes))
+    return auto_sparsity.Curve(name, (0.0, *AUTO_LADDER[:len(losses) - 1]), tuple(losses), tuple(sizes))
 
 
 def test_the_family_starts_from_nothing_and_shrinks_at_every_step():
     curves = {"a": _curve("a", [0, 1, 2, 4, 8], [1000, 500, 400, 300, 200]),
               "b": _curve("b", [0, 0.5, 3, 9, 20], [800, 400, 320, 240, 160])}
-    family = planner.plans(curves)
+    family = auto_sparsity.plans(curves)
     assert family[0] == {}
-    sizes = [planner.predicted_bytes(curves, plan) for plan in family]
+    sizes = [auto_sparsity.predicted_bytes(curves, plan) for plan in family]
     assert all(b < a for a, b in zip(sizes, sizes[1:]))
     assert family[-1] == {"a": AUTO_LADDER[3], "b": AUTO_LADDER[3]}  # everything, at the largest budget
 
@@ -49,7 +50,7 @@ def test_the_family_starts_from_nothing_and_shrinks_at_every_step():
 def test_the_plan_prunes_the_layer_that_costs_less_loss_per_byte_first():
     curves = {"cheap": _curve("cheap", [0, 0.1, 0.2, 0.3], [1000, 500, 300, 200]),
               "dear": _curve("dear", [0, 5, 10, 20], [1000, 500, 300, 200])}
-    family = planner.plans(curves)
+    family = auto_sparsity.plans(curves)
     first = family[1]
     assert first.get("cheap", 0) > first.get("dear", 0)
 
@@ -59,22 +60,22 @@ def test_search_finds_the_most_pruned_passing_plan_in_few_trials():
     limit = 0.93
 
     def trial(plan):
-        return planner.Trial(plan, plan["fc1"] <= limit, 0.0, 0.0)
+        return auto_sparsity.Trial(plan, plan["fc1"] <= limit, 0.0, 0.0)
 
-    index, trials = planner.search(family, trial)
+    index, trials = auto_sparsity.search(family, trial)
     assert family[index] == {"fc1": limit}
     assert len(trials) <= int(np.ceil(np.log2(len(family)))) + 1
 
 
 def test_search_returns_nothing_pruned_when_no_plan_passes():
     family = [{}, {"fc1": 0.5}, {"fc1": 0.9}]
-    index, trials = planner.search(family, lambda plan: planner.Trial(plan, False, 9.0, 1.0))
+    index, trials = auto_sparsity.search(family, lambda plan: auto_sparsity.Trial(plan, False, 9.0, 1.0))
     assert index == 0 and trials
 
 
 def test_global_magnitude_prunes_the_layer_of_smaller_weights_more_on_the_ladder():
     weights = {"small": _layer(scale=0.1, seed=1), "large": _layer(scale=1.0, seed=2)}
-    family = planner.global_plans(weights)
+    family = auto_sparsity.global_plans(weights)
     assert family[0] == {}
     middle = family[len(family) // 2]
     assert middle.get("small", 0) > middle.get("large", 0)

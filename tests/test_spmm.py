@@ -1,4 +1,4 @@
-"""Pruned layers multiplied by their non-zeros: libdsz's CSR kernel, pydsz.sparse and the tail that uses it."""
+"""Pruned layers multiplied by their non-zeros: libdsz's CSR kernel, pydsz.model.sparse and the tail that uses it."""
 
 from pathlib import Path
 
@@ -7,12 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz import _core, runtime, sparse
-from pydsz.assess import Evaluator, encode_weight, measure_point
+from pydsz import _core
+from pydsz.model import runtime, sparse
+from pydsz.assess.evaluator import Evaluator
+from pydsz.encode.tensor import encode_weight
+from pydsz.assess.tasks import measure_point
 from pydsz.errors import FormatError, InputError
-from pydsz.model import TFLiteModel
-from pydsz.masks import magnitude_mask
-from pydsz.tail import Tail
+from pydsz.model.graph import TFLiteModel
+from pydsz.prune.masks import magnitude_mask
+from pydsz.model.tail import Tail
 
 DATA = Path(__file__).parents[1] / "pydsz" / "data"
 

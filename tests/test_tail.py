@@ -7,10 +7,10 @@ import pytest
 import tflite
 from test_model import build_tflite, f32
 
-from pydsz import runtime
+from pydsz.model import runtime
 from pydsz.errors import InputError
-from pydsz.model import TFLiteModel
-from pydsz.tail import Tail
+from pydsz.model.graph import TFLiteModel
+from pydsz.model.tail import Tail
 
 # these run a TFLite interpreter: CI runs them again under tflite-runtime
 pytestmark = pytest.mark.runtime

@@ -43,14 +43,14 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[2]
-# pydsz.data from this checkout without pydsz/__init__.py (the TF venv need not have the codec built)
+# pydsz.model.data from this checkout without pydsz/__init__.py (the TF venv need not have the codec built)
 _pkg = types.ModuleType("pydsz")
 _pkg.__path__ = [str(REPO / "pydsz")]
 sys.modules.setdefault("pydsz", _pkg)
 
 import tensorflow as tf  # noqa: E402
 
-from pydsz.data import fashion_mnist, split_validation  # noqa: E402
+from pydsz.model.data import fashion_mnist, split_validation  # noqa: E402
 
 CACHE = Path(os.environ.get("DSZ_HELDOUT_CACHE", Path.home() / ".cache" / "pydsz" / "heldout"))
 SEED = 23

@@ -13,7 +13,7 @@ those shapes (the classes aside: Fashion-MNIST has 10, ImageNet 1000):
 The convolutions are a fixed feature extractor (seeded random filters, not trained: training
 them would need TensorFlow or a second trainer). pydsz names the FC layers fc1, fc2, fc3 (AlexNet's
 and VGG's fc6, fc7, fc8). The FC tail is trained with pydsz's own numpy
-training (pydsz.train.retrain, no mask) on the trunk's features of the first TRAIN_SAMPLES
+training (pydsz.prune.train.retrain, no mask) on the trunk's features of the first TRAIN_SAMPLES
 training images, so the accuracy is real; it is measured on the 10,000 test images.
 The files store every buffer out of line (Buffer.offset/size, absolute file offsets), as
 converters store models over 2 GB. They are cached in ~/.cache/pydsz/large/ with a JSON of how
@@ -94,8 +94,8 @@ def trunk(spec: Spec) -> dict:
 
 
 def initial_tail(spec: Spec) -> list:
-    """He-initialised FC layers (pydsz.train.Dense), seeded."""
-    from pydsz.train import Dense
+    """He-initialised FC layers (pydsz.prune.train.Dense), seeded."""
+    from pydsz.prune.train import Dense
 
     rng = np.random.default_rng(SEED + 1)
     layers, fan_in = [], spec.features
@@ -259,11 +259,11 @@ def _flatbuffer(tensors, ops, offsets, sizes) -> bytes:
 
 def build(spec: Spec, progress: bool = True, num_threads: int = 2) -> Path:
     """Build, train and cache one model; returns its path (num_threads: the interpreter's)."""
-    from pydsz import runtime
-    from pydsz.data import fashion_mnist, split_validation
-    from pydsz.model import TFLiteModel
-    from pydsz.train import retrain
-    from pydsz.tail import Tail
+    from pydsz.model import runtime
+    from pydsz.model.data import fashion_mnist, split_validation
+    from pydsz.model.graph import TFLiteModel
+    from pydsz.prune.train import retrain
+    from pydsz.model.tail import Tail
 
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"{spec.name}.tflite"

@@ -1,7 +1,7 @@
 """Make pydsz/data/multitask.tflite: a small model of two inputs and three non-classifier-like outputs
 (developer-only; needs TensorFlow, like bench/builders/make_reference_models.py).
 
-The metrics (pydsz.metrics) must work on models that are not single-output classifiers: several
+The metrics (pydsz.budget.metrics) must work on models that are not single-output classifiers: several
 inputs, several outputs, regression and mask heads. This model is that, trained on real data
 (Fashion-MNIST, from Debian's dataset-fashion-mnist), small enough to bundle:
 
@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_reference_models import REPO, SEED, pixel_scaling  # noqa: E402  (sets up TensorFlow and pydsz.data)
+from make_reference_models import REPO, SEED, pixel_scaling  # noqa: E402  (sets up TensorFlow and pydsz.model.data)
 
 import tensorflow as tf  # noqa: E402
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402
 
-from pydsz.data import fashion_mnist, split_validation  # noqa: E402
+from pydsz.model.data import fashion_mnist, split_validation  # noqa: E402
 
 LIT = 25  # a pixel above this belongs to the garment (box); above MASK_LIT to the mask
 MASK_LIT = 50

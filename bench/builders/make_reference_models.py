@@ -46,7 +46,7 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = Path(__file__).resolve().parents[2]
-# Use pydsz.data from this checkout without running pydsz/__init__.py, which needs the compiled
+# Use pydsz.model.data from this checkout without running pydsz/__init__.py, which needs the compiled
 # codec: the TF venv need not have pydsz built or installed.
 _pkg = types.ModuleType("pydsz")
 _pkg.__path__ = [str(REPO / "pydsz")]
@@ -56,7 +56,7 @@ import tensorflow as tf  # noqa: E402
 import tflite  # noqa: E402
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402
 
-from pydsz.data import fashion_mnist, split_validation  # noqa: E402
+from pydsz.model.data import fashion_mnist, split_validation  # noqa: E402
 
 SEED = 20190622  # HPDC 2019
 
@@ -169,7 +169,7 @@ def shared_fc_weight_buffers(content: bytes) -> list[int]:
 
 def load_trained(model: tf.keras.Model, content: bytes) -> None:
     """Set a Keras model's weights from its float32 .tflite (layers in execution order)."""
-    from pydsz.model import TFLiteModel
+    from pydsz.model.graph import TFLiteModel
 
     tfl = TFLiteModel(content)
     layers = tfl.layers(kinds=("fc", "conv"))

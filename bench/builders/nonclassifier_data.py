@@ -167,7 +167,7 @@ def model_path(name: str, cache: Path = DEFAULT_CACHE) -> Path:
 
 def input_size(path: Path) -> tuple:
     """(height, width) of the model's one image input, read from the flatbuffer with pydsz."""
-    from pydsz.model import TFLiteModel
+    from pydsz.model.graph import TFLiteModel
 
     shape = TFLiteModel.from_file(path).input_details()[0]["shape"]
     return int(shape[1]), int(shape[2])

@@ -40,7 +40,7 @@ e2e() {
     python3 - "$t" <<'PY' || return 1
 import sys
 import numpy as np
-from pydsz.data import fashion_mnist, split_validation
+from pydsz.model.data import fashion_mnist, split_validation
 (x, y), (xv, yv) = split_validation(*fashion_mnist("train"))
 np.savez(f"{sys.argv[1]}/train.npz", x=x[:10000].astype(np.float32), y=y[:10000])
 np.savez(f"{sys.argv[1]}/val.npz", x=xv[:1000].astype(np.float32), y=yv[:1000])

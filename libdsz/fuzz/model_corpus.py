@@ -21,7 +21,7 @@ import numpy as np
 
 import pydsz
 from pydsz import _core, codec
-from pydsz.model import TFLiteModel
+from pydsz.model.graph import TFLiteModel
 
 HERE = pathlib.Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"

@@ -12,9 +12,9 @@ import contextlib
 import os
 import sys
 
-from ..errors import DszError
-from . import benchmark, compression, model_files
-from .options import default_threads
+from pydsz.errors import DszError
+from pydsz.cli import benchmark, compression, model_files
+from pydsz.cli.options import default_threads
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,17 +1,16 @@
 """`dsz bench`: pydsz against the anchors of the field on one model.
 
 --layers fc (the default): DeepSZ's setting, every method on the FC layers of one pruned model
-(pydsz.bench). --layers conv or all: the model as given against what a user would pick instead,
-whole files, no labels needed (pydsz.headtohead).
+(pydsz.bench.anchors). --layers conv or all: the model as given against what a user would pick instead,
+whole files, no labels needed (pydsz.bench.headtohead).
 """
 from __future__ import annotations
 
 import argparse
 import os
 
-from ..errors import InputError
-from .options import (THREADS_HELP, add_device_argument, add_retraining_arguments, load_tflite, metrics_names,
-                      resolve_device, sparsity)
+from pydsz.errors import InputError
+from pydsz.cli.options import THREADS_HELP, add_device_argument, add_retraining_arguments, load_tflite, metrics_names, resolve_device, sparsity
 
 
 def _budgets(text: str):
@@ -34,9 +33,9 @@ def _bits(text: str):
 
 
 def _whole_model(args, model: bytes) -> None:
-    from .. import headtohead
-    from ..data import load_data
-    from ..model import TFLiteModel
+    from pydsz.bench import headtohead
+    from pydsz.model.data import load_data
+    from pydsz.model.graph import TFLiteModel
 
     if args.train or args.sparsity is not None:
         raise InputError("--train and --sparsity prune the FC layers (--layers fc); with --layers "
@@ -54,7 +53,7 @@ def _whole_model(args, model: bytes) -> None:
     if args.report:
         directory = os.path.join(args.report, "")
         os.makedirs(directory, exist_ok=True)
-        from ..container import write_atomic
+        from pydsz.format.files import write_atomic
         import json
 
         write_atomic(directory + "bench.json", json.dumps(info, indent=1).encode())
@@ -66,8 +65,8 @@ def _whole_model(args, model: bytes) -> None:
 
 
 def cmd_bench(args) -> None:
-    from .. import bench
-    from ..data import load_npz
+    from pydsz.bench import anchors
+    from pydsz.model.data import load_npz
 
     model = load_tflite(args.model)
     if args.layers != "fc":
@@ -77,19 +76,19 @@ def cmd_bench(args) -> None:
     device = resolve_device(args)
     val, test = load_npz(args.data), load_npz(args.test)
     train = load_npz(args.train) if args.train else None
-    info = bench.run(model, val, test, args.max_loss, metric=args.metric or "top1", train=train,
+    info = anchors.run(model, val, test, args.max_loss, metric=args.metric or "top1", train=train,
                      sparsity=args.sparsity, epochs=args.epochs, distill=args.distill, budgets=args.budgets,
                      title=os.path.basename(args.model), progress=not args.quiet, num_threads=args.num_threads,
                      device=device, **({"bits": args.bits} if args.bits else {}))
     if args.report:
         directory = os.path.join(args.report, "")
-        bench.write_report(info, directory + "bench.json", directory + "bench.png")
-    summary = bench.summary_lines(info)
+        anchors.write_report(info, directory + "bench.json", directory + "bench.png")
+    summary = anchors.summary_lines(info)
     print(summary[0])
-    print(bench.main_table(info))
+    print(anchors.main_table(info))
     print("\n".join(summary[1:]))
     if args.sweep:
-        print(bench.sweep_table(info))
+        print(anchors.sweep_table(info))
 
 
 def add_commands(sub) -> None:

@@ -3,17 +3,15 @@ from __future__ import annotations
 
 import os
 
-from ..errors import InputError
-from .options import (add_cache_argument, add_data_arguments, add_device_argument, add_layer_arguments,
-                      add_metric_arguments, add_output_arguments, add_retraining_arguments, data_for, load_tflite, metrics_names, peak_memory,
-                      print_device, print_result, resolve_device, sparsity)
+from pydsz.errors import InputError
+from pydsz.cli.options import add_cache_argument, add_data_arguments, add_device_argument, add_layer_arguments, add_metric_arguments, add_output_arguments, add_retraining_arguments, data_for, load_tflite, metrics_names, peak_memory, print_device, print_result, resolve_device, sparsity
 
 
 def _calibration(args, model_bytes: bytes):
     """--calibration (an .npz or a directory of images, labels unused) for this model, or None;
     --normalize maps its pixels when it is a directory of images."""
-    from ..data import load_data
-    from ..model import TFLiteModel
+    from pydsz.model.data import load_data
+    from pydsz.model.graph import TFLiteModel
 
     if args.calibration is None:
         return None
@@ -24,11 +22,12 @@ def _calibration(args, model_bytes: bytes):
 
 
 def cmd_compress(args) -> None:
-    from .. import cache, footprint
-    from ..container import write_atomic
-    from ..executor import Local, make as make_executor
-    from ..pipeline import compress
-    from ..report import write_report
+    from pydsz.model import cache
+    from pydsz.compress import footprint
+    from pydsz.format.files import write_atomic
+    from pydsz.assess.executor import Local, make as make_executor
+    from pydsz.compress.pipeline import compress
+    from pydsz.compress.report import write_report
 
     process = footprint.process()
     cache.set_limit(args.max_cache_memory)
@@ -77,9 +76,9 @@ def cmd_compress(args) -> None:
 
 def _compress_pruned(args, model: bytes, x, y, device: str, executor):
     """dsz compress --prune auto: prune (retraining with --train, else one-shot) and compress under the one
-    --max-loss (pydsz.prune_compress)."""
-    from ..data import load_npz
-    from ..prune_compress import compress_pruned
+    --max-loss (pydsz.compress.prune_compress)."""
+    from pydsz.model.data import load_npz
+    from pydsz.compress.prune_compress import compress_pruned
 
     if args.target_ratio is not None:
         raise InputError("--prune auto splits --max-loss between pruning and bounds; --target-ratio has no loss "
@@ -98,8 +97,8 @@ def _compress_pruned(args, model: bytes, x, y, device: str, executor):
 
 def _calibration_inputs(args, model_bytes: bytes):
     """--calibration's inputs for one-shot pruning (an .npz or a directory of images, labels unused)."""
-    from ..data import load_data
-    from ..model import TFLiteModel
+    from pydsz.model.data import load_data
+    from pydsz.model.graph import TFLiteModel
 
     normalize = args.normalize if os.path.isdir(args.calibration) else None
     return load_data(args.calibration, TFLiteModel(model_bytes), normalize=normalize)[0]
@@ -114,20 +113,21 @@ def _prune_sparsity(text: str):
 
 
 def cmd_prune(args) -> None:
-    from .. import cache, footprint
-    from ..container import write_atomic
-    from ..data import load_npz
-    from ..gptq import hessian_note
-    from ..oneshot import prune_model as prune_oneshot
-    from ..prune import prune_model
+    from pydsz.model import cache
+    from pydsz.compress import footprint
+    from pydsz.format.files import write_atomic
+    from pydsz.model.data import load_npz
+    from pydsz.prune.gptq import hessian_note
+    from pydsz.prune.oneshot import prune_model as prune_oneshot
+    from pydsz.prune.retraining import prune_model
 
     process = footprint.process()
     cache.set_limit(args.max_cache_memory)
     model = load_tflite(args.model)
     memory, extra = {"data": 0, "batch_bytes": 0, "outputs": 0}, {}
     if args.method == "oneshot":
-        from ..data import load_data
-        from ..model import TFLiteModel
+        from pydsz.model.data import load_data
+        from pydsz.model.graph import TFLiteModel
 
         # an .npz (labels only to report and to judge --sparsity auto by) or a directory of images
         val = data_for(args, model)
@@ -172,15 +172,15 @@ def cmd_prune(args) -> None:
 
 
 def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, dict]:
-    """What one-shot pruning holds (pydsz.footprint); and, before any work, a model whose outputs on the
+    """What one-shot pruning holds (pydsz.compress.footprint); and, before any work, a model whose outputs on the
     calibration inputs are not finite is refused (inputs that are not are, when they are loaded). The
     Hessians' part: the largest layer's H (three float64 copies) and its input for one streamed
     batch (runtime.stream: within CAPTURE_BYTES unless one sample is larger), float32 and the
     float64 copy it is summed in."""
-    from .. import runtime
-    from ..data import check_outputs
-    from ..gptq import hessian_bytes, selectable
-    from ..model import TFLiteModel
+    from pydsz.model import runtime
+    from pydsz.model.data import check_outputs
+    from pydsz.prune.gptq import hessian_bytes, selectable
+    from pydsz.model.graph import TFLiteModel
 
     parsed = TFLiteModel(model)
     val = runtime.fit_inputs(parsed.input_details(), val, finite=False)
@@ -204,9 +204,9 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, 
 
 
 def cmd_demo(args) -> None:
-    from ..container import write_atomic
-    from ..demo import REFERENCE, run, table
-    from ..report import layer_table, write_report
+    from pydsz.format.files import write_atomic
+    from pydsz.compress.demo import REFERENCE, run, table
+    from pydsz.compress.report import layer_table, write_report
 
     device = resolve_device(args)
     if not args.quiet:

@@ -1,12 +1,12 @@
 """The commands on model files: pack (bounds given), decompress, info, eval."""
 from __future__ import annotations
 
-from ..errors import InputError
-from .options import (THREADS_HELP, add_data_arguments, add_metric_arguments, bounds, data_for, load_tflite, print_json)
+from pydsz.errors import InputError
+from pydsz.cli.options import THREADS_HELP, add_data_arguments, add_metric_arguments, bounds, data_for, load_tflite, print_json
 
 
 def _print_info(info: dict) -> None:
-    from ..tables import format_table
+    from pydsz.tables import format_table
 
     rows = []
     for t in info["tensors"]:
@@ -24,7 +24,9 @@ def _print_info(info: dict) -> None:
 
 
 def cmd_pack(args) -> None:
-    from ..container import DszModel, kept_lossless, pack_model, read_file, write_atomic
+    from pydsz.format.container import DszModel
+    from pydsz.encode.pack import kept_lossless, pack_model
+    from pydsz.format.files import read_file, write_atomic
 
     model = read_file(args.model)
     packed = pack_model(model, args.error_bound, layers=args.layers)
@@ -37,13 +39,14 @@ def cmd_pack(args) -> None:
 
 
 def cmd_decompress(args) -> None:
-    from ..container import load, write_atomic
+    from pydsz.format.container import load
+    from pydsz.format.files import write_atomic
 
     write_atomic(args.output, load(args.input).tflite_bytes())
 
 
 def cmd_info(args) -> None:
-    from ..container import load
+    from pydsz.format.container import load
 
     info = load(args.input).info()
     if args.json:
@@ -55,9 +58,9 @@ def cmd_info(args) -> None:
 def cmd_eval(args) -> None:
     import numpy as np
 
-    from .. import metrics
-    from ..model import TFLiteModel
-    from ..runtime import outputs
+    from pydsz.budget import metrics
+    from pydsz.model.graph import TFLiteModel
+    from pydsz.model.runtime import outputs
 
     model = load_tflite(args.model)
     reference = load_tflite(args.reference) if args.reference else None

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Optional
 
-from ..errors import InputError
+from pydsz.errors import InputError
 
 
 def _bound(value: str):
@@ -19,7 +19,7 @@ def _bound(value: str):
 def bounds(text: str):
     """`0.005` or `2q` (every layer of that kind), `fc1=0.005,fc2=2q` (per layer), or both:
     `0.005,fc3=0.01` (every layer not named takes the default)."""
-    from ..container import OTHERS
+    from pydsz.encode.pack import OTHERS
 
     try:
         if "," not in text and "=" not in text:
@@ -45,7 +45,8 @@ def print_json(obj) -> None:
 
 def load_tflite(path) -> bytes:
     """A .tflite file's bytes, or the decoded model of a .dsz file (told apart by magic, not name)."""
-    from ..container import MAGIC, load, read_file
+    from pydsz.format.container import MAGIC, load
+    from pydsz.format.files import read_file
 
     data = read_file(path)
     return load(data).tflite_bytes() if data[:4] == MAGIC else data
@@ -53,8 +54,8 @@ def load_tflite(path) -> bytes:
 
 def data_for(args, model_bytes: bytes):
     """--data (an .npz or a directory of images) for this model, checked against its inputs."""
-    from ..data import load_data
-    from ..model import TFLiteModel
+    from pydsz.model.data import load_data
+    from pydsz.model.graph import TFLiteModel
 
     return load_data(args.data, TFLiteModel(model_bytes), normalize=args.normalize)
 
@@ -72,7 +73,7 @@ def sparsity(text: str):
 
 
 def print_result(result, quiet: bool) -> None:
-    from ..report import assessment_line, layer_table, totals_line
+    from pydsz.compress.report import assessment_line, layer_table, totals_line
 
     if not quiet:
         print(layer_table(result))
@@ -83,7 +84,7 @@ def print_result(result, quiet: bool) -> None:
 
 def resolve_device(args) -> str:
     """--device resolved to "cpu" or "gpu"; an InputError (exit 1) when the GPU is asked for and missing."""
-    from ..gpu.device import name, resolve
+    from pydsz.gpu.device import name, resolve
 
     device = resolve(args.device)
     if device == "gpu" and not args.quiet:
@@ -98,8 +99,9 @@ def print_device(result, quiet: bool) -> None:
 
 def peak_memory(process: dict, model_bytes: int, memory: dict, extra: Optional[dict] = None) -> str:
     """This process's peak resident memory so far beside what it is meant to stay within
-    (pydsz.footprint): `memory` is Evaluator.footprint()'s parts, `extra` any further ones."""
-    from .. import cache, footprint
+    (pydsz.compress.footprint): `memory` is Evaluator.footprint()'s parts, `extra` any further ones."""
+    from pydsz.model import cache
+    from pydsz.compress import footprint
 
     parts = footprint.interpreter_path(process, model=model_bytes, cached=cache.peak(), **memory)
     return footprint.line({**parts, **(extra or {})})
@@ -128,7 +130,7 @@ def _checked(check, text: str) -> str:
 
 
 def _cache_size(text: str) -> str:
-    from ..cache import parse_size
+    from pydsz.model.cache import parse_size
 
     return _checked(parse_size, text)
 
@@ -161,7 +163,7 @@ def default_threads(args) -> None:
 
 
 def metrics_names() -> list:
-    from ..metrics import BUILTIN
+    from pydsz.budget.metrics import BUILTIN
 
     return [*BUILTIN, "module:function"]
 
@@ -174,13 +176,13 @@ def add_data_arguments(p, data_help: str) -> None:
 
 def layers(text: str) -> str:
     """--layers: fc, conv, all, layer names (fc3, conv12,conv13), or kinds and names together."""
-    from ..selection import parse
+    from pydsz.model.selection import parse
 
     return _checked(parse, text)
 
 
 def add_layer_arguments(p) -> None:
-    from ..selection import MIN_LAYER_BYTES
+    from pydsz.model.selection import MIN_LAYER_BYTES
 
     p.add_argument("--layers", type=layers, default="fc", metavar="fc|conv|all|NAMES",
                    help="which layers' weights to compress: fc (default, as in DeepSZ), conv, all, or layer names "

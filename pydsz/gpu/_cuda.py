@@ -20,7 +20,7 @@ KERNELS = Path(__file__).with_name("kernels.cu")
 # subnormals as the CPU keeps them. pycuda adds -arch for the device it compiles for.
 COMPILE_OPTIONS = ["-fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true"]
 
-# activation codes of kernels.cu (ACT_*), by the names pydsz.tail and pydsz.prune use
+# activation codes of kernels.cu (ACT_*), by the names pydsz.model.tail and pydsz.prune.retraining use
 ACTIVATIONS = {"NONE": 0, "RELU": 1, "RELU6": 2, "RELU_N1_TO_1": 3, "TANH": 4, "LOGISTIC": 5, "LEAKY_RELU": 6}
 
 THREADS = 256
@@ -29,7 +29,7 @@ GEMM_TILE = 128
 
 
 def activation_code(name: str) -> int:
-    """kernels.cu's code for an activation named as pydsz.tail ("RELU") or pydsz.prune ("relu") names it."""
+    """kernels.cu's code for an activation named as pydsz.model.tail ("RELU") or pydsz.prune.retraining ("relu") names it."""
     code = ACTIVATIONS.get(str(name).upper())
     if code is None:
         raise InputError(f"activation {name!r} is not supported on the GPU ({', '.join(ACTIVATIONS)})")

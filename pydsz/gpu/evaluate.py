@@ -22,7 +22,7 @@ __all__ = ["TailHits"]
 
 
 class TailHits:
-    """A pydsz.tail.Tail and its cached input h [n, ...] with labels y, on the device.
+    """A pydsz.model.tail.Tail and its cached input h [n, ...] with labels y, on the device.
 
     InputError when the tail holds an op the GPU path does not run (pydsz.gpu.reference.plan
     says which), when the labels do not fit the tail's classes, or for 2**31 samples or more.

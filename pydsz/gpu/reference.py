@@ -22,7 +22,7 @@ DEFAULT_RADIUS = 32768  # DSZ_RADIUS_DEFAULT
 STEP_MAX = 1e300  # quantize.c: a larger step is as good as infinite
 FLT_MAX = 3.4028234663852886e38
 ROUND_OFFSET = 4194304  # quantize.c round_half_up
-CHUNK = 4096  # samples per matrix product, as pydsz.tail
+CHUNK = 4096  # samples per matrix product, as pydsz.model.tail
 
 
 # ---------------------------------------------------------------- quantization
@@ -105,8 +105,8 @@ class Op:
 
 
 def plan(layers) -> list[Op]:
-    """The ops of a tail: a pydsz.tail.Tail, or dense layers with .name/.weight/.bias/.activation
-    (pydsz.train.Dense). InputError for what the sweep does not run (binary ops, a softmax that
+    """The ops of a tail: a pydsz.model.tail.Tail, or dense layers with .name/.weight/.bias/.activation
+    (pydsz.prune.train.Dense). InputError for what the sweep does not run (binary ops, a softmax that
     is not the last op); a final softmax is dropped since it keeps the top-1 class."""
     steps = getattr(layers, "steps", None)
     if steps is None:

@@ -1,4 +1,4 @@
-"""Retraining on the GPU, operation for operation that of pydsz.prune (numpy).
+"""Retraining on the GPU, operation for operation that of pydsz.prune.retraining (numpy).
 
 `GpuSteps` is train.NumpySteps on the device: the tail's weights, masks, Adam state and running
 mean stay there, and each step uploads only its mini-batch and targets. train.retrain's loop drives

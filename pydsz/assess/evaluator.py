@@ -1,0 +1,342 @@
+"""The Evaluator: the metric's per-sample losses of a model with some layers' weights replaced.
+
+Three paths, each counted against its own baseline (the same path with the original weights), so
+that float rounding differences between them never show up as a loss:
+- the numpy tail (pydsz.model.tail), for FC layers from which numpy (or the GPU) runs the rest of the model,
+  on their input captured once;
+- the cut (pydsz.model.cut, pydsz.model.chain): the ops from the earliest changed layer on, as a sub-model the
+  interpreter runs, fed with the activations that cross the cut, computed once;
+- the whole model through the interpreter, where the model cannot be cut (state, control flow) or a
+  cut's baseline differs from the whole model's outputs (then the cut is not trusted).
+The original model's outputs are computed once.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from pydsz.model import cache, cut, runtime
+from pydsz.format import codec
+from pydsz.budget import metrics
+from pydsz.encode.tensor import as_weight, decode, encode
+from pydsz.errors import InputError
+from pydsz.model.graph import TFLiteModel
+from pydsz.model.sparse import CSR
+
+# A cut's baseline may differ from the whole model's outputs by float rounding only (kernels fused
+# differently): beyond this relative L2 difference the cut is not trusted and the whole model runs.
+CUT_TOLERANCE = 1e-3
+# A cut whose baseline is the whole model's outputs bit for bit (the usual case: the same kernels on
+# the same values) is counted against the whole model's; the others' baselines are kept up to this
+# many bytes (BirdNET's outputs: 8 MB for 300 samples, 80 cuts would hold 600 MB), then computed again
+BASELINE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Measure:
+    """An evaluation against the uncompressed baseline: summed loss, its noise, the samples behind it."""
+
+    loss: float
+    noise: float
+    lost: int
+    gained: int
+
+
+@dataclass(frozen=True)
+class EvaluatorState:
+    """What builds an Evaluator, to send to other processes (pydsz.assess.executor): pickles whole."""
+
+    tflite: bytes
+    x: object
+    y: object
+    layer_names: tuple
+    metric: object
+    num_threads: Optional[int]
+    use_tail: bool
+    device: str
+    compensator: object  # as Evaluator takes it: None or a pydsz.compress.compensation.Compensator
+    use_cut: bool = True
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)  # names this state on the workers
+
+    def build(self) -> "Evaluator":
+        return Evaluator(self.tflite, self.x, self.y, self.layer_names, self.metric, self.num_threads,
+                         self.use_tail, self.device, self.compensator, self.use_cut)
+
+
+class Evaluator:
+    """The metric's per-sample losses on a data set with some layers' weights replaced.
+
+    Weights of layers the numpy tail covers (the FC chain from the first FC layer among
+    `layer_names` from which numpy runs the rest of the model) are evaluated on the tail's cached
+    input; any other layer (a conv layer, or use_tail=False) goes through the interpreter, from the
+    cut before the earliest changed layer (use_cut=False: the whole model). Losses are counted
+    against the same path's own baseline outputs (see the module's docstring). y: integer labels,
+    or None where the metric needs none.
+
+    device "gpu" runs the tail on the GPU (pydsz.gpu.evaluate) for top1 and agreement when it holds
+    only ops the GPU path runs; otherwise the tail stays in numpy and `cpu_reason` says why.
+    `device` is what runs the tail.
+
+    compensator (pydsz.compress.compensation): the candidates of the layers it holds are its compensated
+    weights at each bound instead of the weights as they are: `candidate` says what a layer is
+    encoded from, and both assessment and verification measure that.
+    """
+
+    def __init__(self, tflite_bytes: bytes, x, y, layer_names: Sequence[str],
+                 metric: Union[str, metrics.Metric, Callable] = "top1", num_threads: Optional[int] = None,
+                 use_tail: bool = True, device: str = "cpu", compensator=None, use_cut: bool = True):
+        from pydsz.model.tail import Tail
+
+        self.model = TFLiteModel(tflite_bytes)
+        self.bytes = bytes(tflite_bytes)
+        self.layer_names, self.use_tail = tuple(layer_names), use_tail
+        # by position from here on: the interpreter knows the inputs by tensor name only
+        self.x = runtime.fit_inputs(self.model.input_details(), x)
+        self.y = None if y is None else np.asarray(y)
+        self.metric = metrics.get(metric)
+        self.num_threads = num_threads
+        self.keys = [d["key"] for d in self.model.output_details()]
+        self.probe = runtime.probe(self.model, self.x)
+        self.batch = max(1, min(runtime.DEFAULT_BATCH, runtime.BATCH_BYTES // max(1, self.probe.sample_bytes)))
+        start = time.perf_counter()
+        self.outputs = runtime.outputs(self.bytes, self.x, self.keys, batch_size=self.batch,
+                                       num_threads=num_threads)  # the original's, once
+        self.seconds = time.perf_counter() - start  # one run of the whole model
+        from pydsz.model.data import check_outputs
+
+        check_outputs(self.outputs)
+        self.metric.check(self.outputs, self.y)
+        fcs = sorted((self.model.layer(n) for n in layer_names if self.model.layer(n).kind == "fc"),
+                     key=lambda layer: layer.op_index)
+        tails = (Tail.from_model(self.model, layer.name) for layer in fcs) if use_tail else ()
+        self.tail = next((tail for tail in tails if tail is not None), None)
+        self.h = runtime.capture(self.bytes, self.x, self.tail.input_tensor, num_threads=num_threads) if self.tail else None
+        if self.tail:
+            self._tail_output = self.keys[list(self.model.outputs).index(self.tail.output_tensor)]
+        self._baseline: dict = {}  # path -> (its outputs, its per-sample losses)
+        self.use_cut = use_cut
+        self._graph: Optional[cut.Graph] = None
+        self._chain = None
+        self._untrusted: dict = {}  # cut -> why the whole model runs instead
+        self._exact: set = set()  # cuts whose baseline is the whole model's outputs
+        # (layer, bound) -> its stream, kept rather than the decoded weights (a layer's size each:
+        # 400 MB for VGG-16's fc1), which weights_at decodes again at each call
+        self._encoded: dict[tuple, tuple] = {}
+        self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
+        self.patterns: dict[str, tuple] = {}  # layer -> (its stored weights, their codec.sparse_index)
+        self.compensator = compensator
+        self.device, self.cpu_reason, self._gpu = "cpu", None, None
+        if device == "gpu":
+            self._use_gpu()
+        elif device != "cpu":
+            raise InputError(f"device must be cpu or gpu here, not {device!r}")
+
+    def state(self) -> EvaluatorState:
+        """This Evaluator's making, for another process to build the same one."""
+        return EvaluatorState(self.bytes, self.x, self.y, self.layer_names, self.metric, self.num_threads,
+                              self.use_tail, self.device, self.compensator, self.use_cut)
+
+    def candidate(self, name: str, bound: float) -> np.ndarray:
+        """What layer `name` is encoded from at `bound`: its stored weights, or, with compensation, its
+        compensated float32 weights (on libdsz's grid, zeros kept)."""
+        if self.compensator is not None and bound > 0 and name in self.compensator.layers:
+            return self.compensator.weights(name, bound)
+        return np.asarray(self.model.stored(name))
+
+    def candidate_pattern(self, name: str, pattern):
+        """The index pattern a candidate of `name` is encoded with: the stored weights' one, but for a
+        compensated layer, whose values may round to zero where the stored ones are not."""
+        compensated = self.compensator is not None and name in self.compensator.layers
+        return None if compensated else pattern
+
+    def weights_at(self, bounds: Mapping[str, float]) -> dict:
+        """{layer: its weights as decoded at its bound} for the layers of non-zero bound, as measure
+        takes them (`decoded`: CSR where the tail multiplies the layer by its non-zeros); each
+        (layer, bound) encoded once, and decoded anew for each call to what encode_weight decodes."""
+        streams = {}
+        for name, bound in bounds.items():
+            if bound > 0:
+                if (name, bound) not in self._encoded:
+                    w = codec.stored_array(self.candidate(name, bound))
+                    pattern = self.candidate_pattern(name, self.patterns[name][1] if name in self.patterns else None)
+                    self._encoded[name, bound] = *encode(w, bound, pattern)[:2], w.shape
+                streams[name] = self._encoded[name, bound]
+        return self.decoded(streams)
+
+    def decoded(self, streams: Mapping[str, tuple]) -> dict:
+        """{layer: (stream, dense codec's, shape)} decoded as measure takes them together: where the
+        numpy tail multiplies a layer by its non-zeros, straight into CSR, never as a dense matrix
+        (VGG-16's fc1 would be 392 MiB, beside the model); otherwise the decoded array."""
+        sparse = self.tail.sparse if self._on_tail(streams) and self._gpu is None else ()
+        return {name: CSR.from_stream(stream) if name in sparse and not dense
+                else as_weight(decode(stream, dense), shape)
+                for name, (stream, dense, shape) in streams.items()}
+
+    def footprint(self) -> dict:
+        """What evaluating holds beside the model's copies (pydsz.compress.footprint): the data, one batch's
+        tensors, the outputs."""
+        # the probe that sized the batch ran two samples with every tensor kept
+        return {"data": sum(a.nbytes for a in self.x), "batch_bytes": max(self.batch, 2) * self.probe.sample_bytes,
+                "outputs": sum(np.asarray(v).nbytes for v in self.outputs.values())}
+
+    @property
+    def samples(self) -> int:
+        return len(next(iter(self.outputs.values())))
+
+    def _use_gpu(self) -> None:
+        if self.tail is None:
+            self.cpu_reason = "no FC tail that numpy or the GPU can run: the interpreter evaluates"
+            return
+        if not isinstance(self.metric, (metrics.Top1, metrics.Agreement)) or \
+                list(self.metric.select(self.outputs)) != [self._tail_output]:
+            self.cpu_reason = f"the GPU tail counts top-1 outcomes of the tail's output; metric {self.metric.spec} runs in numpy"
+            return
+        from pydsz.gpu.evaluate import TailHits
+
+        # agreement is top-1 against the classes the original tail predicts
+        labels = self.y if self.metric.needs_labels else np.argmax(
+            self.tail.forward(self.h).reshape(len(self.h), -1), axis=1)
+        try:
+            self._gpu = TailHits(self.tail, self.h, labels)
+        except InputError as exc:  # an op the GPU path does not run: the numpy tail still does
+            self.cpu_reason = str(exc)
+            return
+        self.device = "gpu"
+
+    @property
+    def fast(self) -> bool:
+        """Whether some layers are evaluated by the numpy tail."""
+        return self.tail is not None
+
+    def _on_tail(self, weights: Mapping[str, np.ndarray]) -> bool:
+        return self.tail is not None and set(weights) <= set(self.tail.layers)
+
+    def cut_of(self, name: str) -> int:
+        """The op a candidate of layer `name` is evaluated from: its own, or the earliest of the layers
+        that share its weights."""
+        layer = self.model.layer(name)
+        return min([layer.op_index] + [self.model.layer(n).op_index for n in layer.shared_with])
+
+    def path(self, names) -> object:
+        """Where a candidate changing layers `names` is evaluated: "tail", the op of its cut, or "whole"."""
+        if self.tail is not None and set(names) <= set(self.tail.layers):
+            return "tail"
+        if not self.use_cut or not names:
+            return "whole"
+        if self._graph is None:
+            self._graph = cut.Graph(self.model, self.probe.rows)
+        if self._graph.reason is not None:
+            return "whole"
+        start = min(self.cut_of(n) for n in names)
+        return "whole" if start in self._untrusted else start
+
+    @property
+    def cut_reason(self) -> Optional[str]:
+        """Why candidates run the whole model rather than from their cut, or None."""
+        if not self.use_cut:
+            return "cuts are turned off"
+        if self._graph is not None and self._graph.reason is not None:
+            return f"the model cannot be cut: {self._graph.reason}"
+        if self._untrusted:
+            return "; ".join(f"op {op}: {why}" for op, why in sorted(self._untrusted.items()))
+        return None
+
+    def measure(self, weights: Mapping[str, np.ndarray]) -> Measure:
+        """The loss with `weights` ({layer name: array}) in place, against the same path's baseline."""
+        path = self.path(weights)
+        base, base_losses = self._base(path)
+        if isinstance(path, int) and path in self._untrusted:
+            return self.measure(weights)  # its baseline did not match the whole model's: path is "whole" now
+        losses = self._losses(self._outputs(weights, path), base, weights) if weights else base_losses
+        return self._measure(losses, base_losses)
+
+    def _base(self, path) -> tuple:
+        if path in self._exact:
+            path = "whole"
+        if path not in self._baseline:
+            base = self._outputs({}, path)
+            if isinstance(path, int):
+                why = _differs(base, self.outputs)
+                if why:
+                    self._untrusted[path] = why
+                if all(np.array_equal(base[k], self.outputs[k]) for k in self.keys):
+                    self._exact.add(path)
+                    return self._base("whole")
+                held = [p for p in self._baseline if isinstance(p, int)]
+                nbytes = sum(a.nbytes for a in base.values())
+                while held and nbytes * (len(held) + 1) > BASELINE_BYTES:
+                    del self._baseline[held.pop(0)]
+            self._baseline[path] = base, self._losses(base, base, {})
+        return self._baseline[path]
+
+    def measure_model(self, tflite_bytes: bytes) -> Measure:
+        """The loss of another model of the same graph (the decoded .dsz) against the original,
+        both through the interpreter: what a user would measure."""
+        out = runtime.outputs(tflite_bytes, self.x, self.keys, num_threads=self.num_threads)
+        base = self.metric.losses(self.outputs, self.outputs, self.y)
+        return self._measure(self.metric.losses(out, self.outputs, self.y), base)
+
+    def _measure(self, losses: np.ndarray, base: np.ndarray) -> Measure:
+        d = losses - base
+        return Measure(float(np.sum(d)), self.metric.noise(losses, base), int(np.sum(d > 0)), int(np.sum(d < 0)))
+
+    def _outputs(self, weights: Mapping[str, np.ndarray], path) -> Optional[dict]:
+        """The model's outputs with `weights` in place (None where the GPU counts outcomes itself)."""
+        on_tail = path == "tail"
+        if on_tail and self._gpu is not None:
+            return None
+        if isinstance(path, int):
+            return self._from_cut(path, weights)
+        if on_tail:
+            # only the layers from the first changed one on are recomputed
+            first = next((name for name in self.tail.layers if name in weights), self.tail.layers[0])
+            if first not in self._inputs:
+                self._inputs[first] = self.h if first == self.tail.layers[0] else \
+                    cache.keep(self.tail.input_of(self.h, first))
+            out = self.tail.forward_from(first, self._inputs[first], weights=dict(weights))
+            return {**self.outputs, self._tail_output: out.reshape(self.outputs[self._tail_output].shape)}
+        if not weights:
+            return self.outputs
+        return runtime.outputs(self.model.replace(dict(weights)), self.x, self.keys, batch_size=self.batch,
+                               num_threads=self.num_threads)
+
+    def _from_cut(self, start: int, weights: Mapping[str, np.ndarray]) -> dict:
+        """The outputs with `weights` in place, running only the ops from the cut at op `start` on."""
+        from pydsz.model.chain import Chain
+
+        if self._chain is None or start not in self._chain.tails:
+            # every layer's cut, whatever is measured first: the chain's steps, and so the values fed
+            # to each cut, are then the same in every process
+            starts = {self.cut_of(n) for n in self.layer_names} | {start}
+            self._chain = Chain(self.model, self._graph, self.x, sorted(starts), self.num_threads, self.batch)
+        segment = self._chain.tails[start]
+        feeds = self._chain.feeds(start)
+        sub = cut.model_bytes(self.model, segment, dict(weights))
+        keys = [str(t) for t in segment.outputs]
+        out = runtime.outputs(sub, feeds, keys, batch_size=self.batch, num_threads=self.num_threads)
+        return {key: out[str(t)] if str(t) in out else self.outputs[key]
+                for t, key in zip(self.model.outputs, self.keys)}
+
+    def _losses(self, outputs: Optional[dict], reference: Optional[dict], weights) -> np.ndarray:
+        """The metric's per-sample losses of outputs; top-1 outcomes from the GPU where outputs is None."""
+        if outputs is None:
+            return (~self._gpu.hits(weights)).astype(np.float64)
+        return self.metric.losses(outputs, reference, self.y)
+
+
+
+
+def _differs(outputs: dict, reference: dict) -> Optional[str]:
+    """Why a cut's baseline outputs are not the whole model's up to float rounding, or None."""
+    for key, ref in reference.items():
+        a, b = np.asarray(outputs[key], np.float64), np.asarray(ref, np.float64)
+        scale = float(np.linalg.norm(b))
+        diff = float(np.linalg.norm(a - b))
+        if not diff <= CUT_TOLERANCE * max(scale, 1e-30):
+            return f"output {key} differs from the whole model's by {diff / max(scale, 1e-30):.2g} (relative L2)"
+    return None

@@ -1,0 +1,173 @@
+"""Where the assessment's evaluations run: in this process, or spread over a Dask cluster.
+
+An executor runs tasks, each a module-level function of an Evaluator and some arguments: a list of
+them (`map`, results in the order given), or a stream of them handed out by a plan as earlier ones
+finish (`stream`: the assessment's (layer, bound) evaluations, whose later bounds depend on earlier
+losses). `Local` runs them here, one after the other: the
+reference. `Dask` sends the Evaluator's state (the model's bytes, the data, the metric) to every
+worker once; each worker builds its Evaluator from it once and keeps it for every later task, so
+a task carries only its arguments (a layer's name, a set of bounds). Every task is deterministic
+and independent of the others, so the results are the local ones, whichever worker ran each and
+however often (Dask reruns the tasks of a worker that dies).
+
+Dask is optional: pip install pydsz[distributed].
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from pydsz.errors import DszError, InputError
+
+# Seconds to wait for a scheduler before saying it cannot be reached.
+CONNECT_TIMEOUT = 10
+
+# Per worker process: each Evaluator state's token -> the Evaluator built from it.
+_EVALUATORS: dict = {}
+
+
+class Local:
+    """Tasks run in this process, in order."""
+
+    description = "this process"
+
+    def start(self, evaluator) -> None:
+        self.evaluator = evaluator
+
+    def map(self, task: Callable, args: Sequence[tuple], on_result: Optional[Callable] = None) -> list:
+        results = []
+        for a in args:
+            results.append(task(self.evaluator, *a))
+            if on_result:
+                on_result(results[-1])
+        return results
+
+    def stream(self, task: Callable, plan: Callable, on_result: Callable) -> None:
+        """Run task(evaluator, *args) for every args that plan() hands out, until it hands out None;
+        on_result(args, result) as each finishes (after which plan may have more)."""
+        while (args := plan()) is not None:
+            on_result(args, task(self.evaluator, *args))
+
+    def close(self) -> None:
+        pass
+
+
+class Dask:
+    """Tasks run on a Dask cluster: a running scheduler at `address`, or a local cluster of
+    `workers` processes (one thread each) started here and stopped by close()."""
+
+    def __init__(self, address: Optional[str] = None, workers: Optional[int] = None, gpu: bool = False):
+        if (address is None) == (workers is None):
+            raise InputError("give a Dask scheduler's address or a number of local workers, not both or neither")
+        try:
+            import distributed
+        except ImportError:
+            raise InputError("distributing the assessment needs Dask: pip install pydsz[distributed]") from None
+        self.cluster = None
+        try:
+            if address is None:
+                if workers < 1:
+                    raise InputError(f"--workers {workers}: give at least 1")
+                self.cluster, self.description = _local_cluster(distributed, workers, gpu)
+                self.client = distributed.Client(self.cluster)
+            else:
+                self.client = distributed.Client(address, timeout=CONNECT_TIMEOUT)
+                self.description = f"the Dask cluster at {address}"
+        except InputError:
+            raise
+        except (OSError, TimeoutError) as exc:
+            raise InputError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+        try:
+            self.client.get_versions(check=True)
+        except ValueError as exc:  # distributed's own message lists the packages that differ
+            self.close()
+            raise InputError(f"the Dask cluster's versions do not match this client's: {exc}".replace("\n", " ")) from None
+        self.state = self.evaluator = None
+
+    def start(self, evaluator) -> None:
+        if self.evaluator is evaluator:
+            return
+        # every worker gets the state once, now; tasks then refer to it
+        try:
+            self.state = self.client.scatter(evaluator.state(), broadcast=True, hash=False)
+        except (TypeError, AttributeError, ValueError) as exc:  # pickling: e.g. a metric holding a lock or a file
+            raise InputError(f"the evaluation cannot be sent to the Dask workers: {exc}") from None
+        self.evaluator = evaluator
+
+    def map(self, task: Callable, args: Sequence[tuple], on_result: Optional[Callable] = None) -> list:
+        from distributed import as_completed
+
+        futures = [self.client.submit(_on_worker, task, self.state, *a, pure=False) for a in args]
+        try:
+            for future in as_completed(futures):
+                if future.status == "error":
+                    future.result()  # raises the task's own exception (a DszError says what is wrong)
+                if on_result:
+                    on_result(future.result())
+            return self.client.gather(futures)
+        except DszError:
+            raise
+        except Exception as exc:  # a worker killed more often than Dask retries, a lost scheduler
+            raise DszError(f"the Dask cluster failed to run the assessment: {type(exc).__name__}: {exc}") from None
+
+    def stream(self, task: Callable, plan: Callable, on_result: Callable) -> None:
+        """Local.stream's contract, with as many tasks running as the cluster has worker threads:
+        whenever one finishes, plan() is asked for more."""
+        from distributed import as_completed
+
+        slots = max(1, sum(self.client.nthreads().values()))
+        running, finished = {}, as_completed()
+
+        def fill():
+            while len(running) < slots and (args := plan()) is not None:
+                future = self.client.submit(_on_worker, task, self.state, *args, pure=False)
+                running[future] = args
+                finished.add(future)
+
+        try:
+            fill()
+            for future in finished:
+                on_result(running.pop(future), future.result())  # a task's own error is raised here
+                fill()
+        except DszError:
+            raise
+        except Exception as exc:  # a worker killed more often than Dask retries, a lost scheduler
+            raise DszError(f"the Dask cluster failed to run the assessment: {type(exc).__name__}: {exc}") from None
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def _local_cluster(distributed, workers: int, gpu: bool) -> tuple:
+    """A local cluster of `workers` processes and what to call it. For GPU evaluation, dask-cuda's
+    LocalCUDACluster where it is installed: each worker sees one GPU of its own (CUDA_VISIBLE_DEVICES)."""
+    if gpu:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            note = " sharing the GPU (dask-cuda, not installed, would give each worker a GPU of its own)"
+        else:
+            return (LocalCUDACluster(n_workers=workers, threads_per_worker=1, dashboard_address=None),
+                    f"a local Dask-CUDA cluster of {workers} worker(s), one per GPU")
+    else:
+        note = ""
+    return (distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None),
+            f"a local Dask cluster of {workers} worker process(es){note}")
+
+
+def _on_worker(task: Callable, state, *args):
+    """Run task on this worker's Evaluator for `state`, built on first use."""
+    evaluator = _EVALUATORS.get(state.token)
+    if evaluator is None:
+        evaluator = _EVALUATORS[state.token] = state.build()
+    return task(evaluator, *args)
+
+
+def make(address: Optional[str] = None, workers: Optional[int] = None, device: str = "cpu"):
+    """The executor the command line asks for: Dask with an address or a number of workers (on GPUs:
+    one worker per GPU where dask-cuda is installed), else Local."""
+    if address is None and workers is None:
+        return Local()
+    return Dask(address, workers, gpu=device == "gpu")

@@ -1,0 +1,113 @@
+"""The budget arithmetic every decision shares: what may be lost, and when a measurement is within it.
+
+A budget is a loss in a metric (pydsz.budget.metrics) on a data set of n samples. Inside, losses are sums
+over the samples (for top-1: samples). A measurement is within the budget when its loss plus
+`margin` standard deviations of its noise is at most what is allowed: the decisions keep that much
+in hand so that they do not fit the data they are measured on. Compression, pruning's `auto` and
+the one-shot search all judge by this one rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from pydsz.budget import metrics
+from pydsz.errors import InputError
+
+
+def risk(loss: float, noise: float, margin: float) -> float:
+    """A summed loss as the decisions count it: plus `margin` standard deviations of its noise."""
+    return loss + margin * noise
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The loss a step may cost: `max_loss` in the metric's unit, less what an earlier step `spent`
+    (e.g. pruning, counted from a reference model), judged with `margin` standard deviations of
+    noise in hand. `option` names the command-line option that sets max_loss, so that a budget the
+    data cannot resolve says what to change; `margin_option` the one that sets the margin, if any."""
+
+    metric: metrics.Metric
+    max_loss: float
+    margin: float = 1.0
+    spent: float = 0.0
+    option: str = "--max-loss"
+    margin_option: str | None = "--margin"
+
+    def __post_init__(self):
+        if not (math.isfinite(self.margin) and self.margin >= 0):
+            raise InputError(f"margin {self.margin}: must be a number >= 0")
+        self.metric.budget(self.max_loss)  # checks the value before anything runs
+
+    def allowed(self, n: int) -> float:
+        """The loss that may be spent, summed over n samples; whole samples for a discrete metric."""
+        budget = self.metric.budget(self.max_loss) - self.spent
+        if self.metric.discrete:
+            # the epsilon forgives float noise in max_loss * n (0.003 * 5000)
+            return max(0, math.floor(budget * n + 1e-6))
+        return max(0.0, budget * n)
+
+    def risk(self, loss: float, noise: float) -> float:
+        return risk(loss, noise, self.margin)
+
+    def within(self, loss: float, noise: float, allowed: float) -> bool:
+        return self.risk(loss, noise) <= allowed
+
+    def margin_of(self, looks: int) -> float:
+        """The margin at which `looks` measurements, the most favourable of which is kept, pass an
+        over-budget choice no more often together than one measurement does at `margin` (Bonferroni on
+        the normal tail: 1 sd and 4 looks give 1.75 sd). 0 stays 0: the measurements taken as they are."""
+        if self.margin <= 0 or looks <= 1:
+            return self.margin
+        normal = NormalDist()
+        return normal.inv_cdf(1 - (1 - normal.cdf(self.margin)) / looks)
+
+    def noisy(self, n: int) -> bool:
+        """Whether a discrete budget lets fewer than FEW_SAMPLES changed samples of n through, its noise
+        margin included: the decisions then rest on a handful of samples (`warnings` says so)."""
+        budget = self.metric.budget(self.max_loss)
+        return (self.metric.discrete and budget > 0
+                and math.floor(budget * n + 1e-6) < metrics.FEW_SAMPLES * (1 + self.margin))
+
+    def warnings(self, n: int) -> list[str]:
+        """Whether n samples can resolve the budget: InputError where the only possible answer would be
+        to keep everything as it is; a warning where the decisions rest on very few samples."""
+        metric, max_loss, margin = self.metric, self.max_loss, self.margin
+        if metric.discrete:
+            one = 1 + margin  # a single changed sample as the decisions count it, noise margin included
+            budget = metric.budget(max_loss)
+            resolved = math.floor(budget * n + 1e-6)
+            if not self.noisy(n):
+                return []
+            needed = math.ceil(metrics.FEW_SAMPLES * one / budget)
+            name = self.option.lstrip("-")
+            if resolved < one:
+                instead = f"a larger {self.option}" + (f", or {self.margin_option} 0" if self.margin_option else "")
+                raise InputError(
+                    f"{n} samples are too few to resolve {name} {max_loss:g} in {metric.name}: one changed sample is "
+                    f"{1 / n:.2g} and with the noise margin ({margin:g} sd) counts as {one:g} samples, more than the "
+                    f"{resolved} the budget allows, so nothing but the model as it is could pass; use at least "
+                    f"{needed} samples (or {instead})")
+            return [f"{name} {max_loss:g} lets only {resolved} of {n} samples change ({metric.name}): the decisions "
+                    f"are noisy and the result is likely weaker than it could be; about {needed} samples would "
+                    "resolve the budget"]
+        if n < 2:
+            raise InputError(f"{metric.name} needs at least 2 samples to estimate its noise, got {n}")
+        if n < metrics.MIN_SAMPLES:
+            return [f"{n} samples: the noise of {metric.name} is estimated from very few; "
+                    f"use at least {metrics.MIN_SAMPLES}"]
+        return []
+
+    def noise_error(self, change: str, n: int, noise: float) -> InputError:
+        """The data cannot tell `change` (the smallest step a search takes) from noise: its noise alone,
+        with the margin, exceeds what is allowed. The noise of a sum grows with sqrt(n), the budget
+        with n: the samples needed follow."""
+        budget = self.metric.budget(self.max_loss)
+        need = math.ceil((self.margin * noise / (budget * n)) ** 2 * n) if budget > 0 else math.inf
+        spread = (f"flips {round(noise ** 2)} predictions, a noise of {self.margin * noise:.1f} samples"
+                  if self.metric.discrete else f"changes the summed loss by a noise of {self.margin * noise:.3g}")
+        return InputError(f"validation set of {n} samples too small for {self.option} {self.max_loss:g} "
+                          f"({self.metric.name}): {change} {spread} against {self.allowed(n):.3g} allowed; give "
+                          f"about {need} samples or a larger {self.option}")

@@ -1,0 +1,88 @@
+"""What a command holds at its peak, part by part: the bound `dsz compress` and `dsz prune` print beside
+the peak they measured.
+
+The parts are sized from what the command knows once its data is loaded: the process itself (Python
+and its libraries, read when the command starts), the data, copies of the model (the original, a
+candidate, the decoded .dsz, and the weights the interpreter's XNNPACK delegate packs into a copy of
+its own), the interpreter's tensors for one batch (their real sizes on one sample: runtime.probe,
+not the shapes the model declares, which for dynamic shapes count one along the free axes), the
+model's outputs a comparison holds, the cached activations (pydsz.model.cache), and for one-shot pruning
+the Hessians and a batch of the layer inputs streamed into them (float32 and the float64 copy they
+are summed in).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+
+MIB = 1 << 20
+
+
+def process() -> dict:
+    """What the process holds before it loads anything of the user's: Python and the libraries a
+    command imports with the interpreter's kernels (they load with the first interpreter: one of a
+    bundled 20 KB model is made here), and apart from it the codec's working memory, which comes on
+    top of whatever else is held while a stream is encoded (lzma -9 and zstd -22 try every index
+    section of up to 1 MiB: about 70 MiB for a moment). Zeros where memory cannot be read."""
+    from pydsz.format import codec
+    from pydsz.format.interpreter import make_interpreter
+    from pydsz.compress import pipeline  # noqa: F401  (what compress imports)
+    from pydsz.model import runtime  # noqa: F401  (what compress and prune import)
+    from pydsz.model.data import bundled
+
+    model = bundled("shared.tflite").read_bytes()
+    interpreter = make_interpreter(model)
+    x = [np.zeros((2, *d["shape"][1:]), d["dtype"]) for d in interpreter.get_input_details()]
+    runtime.probe(model, x)  # the builtin kernels too
+    np.dot(np.ones((64, 64), np.float32), np.ones((64, 64), np.float32))  # BLAS's buffers, per thread
+    held = resident() or 0
+    codec._wrap(model[:4096], codec._gap8_wrappers(4096))  # every lossless coder an index section may take
+    return {"the process": held, "the codec at work": max(0, (peak() or 0) - held)}
+
+
+def cuda() -> dict:
+    """For a command on the GPU: the host memory the CUDA driver and pycuda take with the context and
+    the loaded kernels, as the growth of the resident set while they come (on an H200 such commands
+    peaked about 95 MiB above the bound that left this out)."""
+    from pydsz.gpu import _cuda
+
+    before = resident() or 0
+    _cuda.module()
+    return {"the CUDA context": max(0, (resident() or 0) - before)}
+
+
+def resident() -> Optional[int]:
+    """This process's resident bytes now (Linux), None where it cannot be read."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def peak() -> Optional[int]:
+    """This process's peak resident bytes so far, None where the platform does not say."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def line(parts: dict) -> str:
+    """The peak measured beside the bound: "612 MiB (meant to stay within 700 MiB: the process 150 + ...)"."""
+    total = sum(parts.values())
+    text = " + ".join(f"{name} {value / MIB:.0f}" for name, value in parts.items() if value)
+    measured = peak()
+    bound = f"within {total / MIB:.0f} MiB: {text}"
+    return f"unknown (meant to stay {bound})" if measured is None else f"{measured / MIB:.0f} MiB (meant to stay {bound})"
+
+
+def interpreter_path(process: dict, data: int, model: int, batch_bytes: int, outputs: int, cached: int) -> dict:
+    """The parts of a command that runs candidates through the interpreter (see the module's docstring);
+    process: process()'s parts."""
+    return {**process, "data": data, "4 x the model": 4 * model, "one batch's tensors": batch_bytes,
+            "outputs": 3 * outputs, "cached activations": cached}

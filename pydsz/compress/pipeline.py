@@ -1,0 +1,377 @@
+"""DeepSZ's main job: assess -> optimize -> verify -> encode, under a budget of loss in a metric.
+
+The loss reported is always measured: the chosen bounds are applied to all layers together, the
+.dsz is written and decoded, and the decoded model is run through the interpreter and judged by
+the metric. Where the per-layer losses do not add up and the budget is exceeded, bounds are
+tightened one measured step at a time, the step chosen greedily, until the measured loss fits
+(every layer lossless always fits).
+
+Losses inside are sums over the samples of the metric's per-sample loss difference (for top-1,
+samples), as assess measures them; the Result reports means, in the metric's unit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Union
+
+import numpy as np
+
+from pydsz.compress import compensation
+from pydsz.encode import constants
+from pydsz.format import container
+from pydsz.encode import pack
+from pydsz.budget import metrics
+from pydsz.assess import plan
+from pydsz.model import runtime, selection
+from pydsz.assess.evaluator import Evaluator
+from pydsz.assess.ladder import Point
+from pydsz.model.selection import compressible_layers
+from pydsz.budget.rule import Budget, risk
+from pydsz.assess.executor import Local
+from pydsz.errors import InputError
+from pydsz.model.graph import INTEGER_TYPES, TFLiteModel
+from pydsz.budget.knapsack import Option, Plan, loss_unit, minimize_loss, minimize_size
+
+
+@dataclass
+class LayerResult:
+    """One compressed layer as written: the paper's per-layer table row."""
+
+    name: str
+    shape: tuple
+    density: float
+    bound: float  # 0: kept lossless
+    original_bytes: int
+    data_bytes: int
+    index_bytes: int
+    stream_bytes: int
+    loss: float  # measured with this layer alone compressed at `bound`, in the metric's unit
+    bound_unit: str = "absolute"  # "steps": the bound counts quantization steps of an int8/uint8 layer
+
+    @property
+    def ratio(self) -> float:
+        return self.original_bytes / max(1, self.data_bytes + self.index_bytes)
+
+
+@dataclass
+class Result:
+    """What `compress` did: the .dsz bytes, the per-layer choices, the measurements behind them."""
+
+    dsz: bytes
+    layers: list[LayerResult]
+    curves: dict[str, list[Point]]
+    samples: int
+    metric: metrics.Metric
+    before: float  # the metric's value (metric.value) for the original model, by the interpreter
+    after: float  # the same for the model decoded from `dsz`
+    loss: float  # measured: mean per-sample loss of the decoded model minus the original's
+    max_loss: float  # as given, in the metric's unit
+    allowed: float  # the loss compression may cost, summed over the samples (after any reference)
+    model_bytes: int
+    spent: float = 0.0  # loss an earlier step (pruning) took from the budget, the metric's unit
+    margin: float = 1.0  # noise margin of the decisions (standard deviations)
+    attempts: list[dict] = field(default_factory=list)  # one per verification round
+    fast_evaluation: bool = True
+    device: str = "cpu"  # where the FC tail's evaluations ran
+    cpu_reason: Optional[str] = None  # why they ran on the CPU although the GPU was asked for
+    evaluations: int = 0  # candidate evaluations (assessment and verification)
+    evaluation_seconds: float = 0.0
+    metric_reason: str = ""  # why this metric, when it was chosen by default
+    warnings: list[str] = field(default_factory=list)
+    compensated: list[str] = field(default_factory=list)  # layers encoded from compensated weights
+    # per layer: how it was assessed (pydsz.assess.plan.Assessment.layers), and the layers the size floor left out
+    assessment: dict = field(default_factory=dict)
+    below_floor: list[str] = field(default_factory=list)
+    memory: dict = field(default_factory=dict)  # what evaluating held (Evaluator.footprint)
+    # the gathered constants (biases, PReLU slopes: pydsz.encode.constants): each within this fraction of its
+    # largest magnitude; 0 when they are kept lossless
+    constants_rel: float = 0.0
+
+    @property
+    def fc_original_bytes(self) -> int:
+        return sum(l.original_bytes for l in self.layers)
+
+    @property
+    def fc_compressed_bytes(self) -> int:
+        return sum(l.data_bytes + l.index_bytes for l in self.layers)
+
+    @property
+    def ratio(self) -> float:
+        """The paper's ratio: the layers' stored bytes / (data bytes + index bytes)."""
+        return self.fc_original_bytes / max(1, self.fc_compressed_bytes)
+
+    @property
+    def file_ratio(self) -> float:
+        return self.model_bytes / max(1, len(self.dsz))
+
+    @property
+    def allowed_loss(self) -> float:
+        """The loss compression may cost, in the metric's unit."""
+        return self.allowed / self.samples
+
+    @property
+    def evaluations_per_second(self) -> float:
+        return self.evaluations / self.evaluation_seconds if self.evaluation_seconds > 0 else 0.0
+
+
+def _check_target(target_ratio: Optional[float]) -> None:
+    if target_ratio is not None and not (math.isfinite(target_ratio) and target_ratio > 1):
+        raise InputError(f"target ratio {target_ratio}: must be a number > 1")
+
+
+def _monotone(values: list[float]) -> list[float]:
+    """The closest non-decreasing sequence (least squares; pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    return [m for m, c in blocks for _ in range(int(c))]
+
+
+def expected_losses(points: list[Point], margin: float) -> list[float]:
+    """Each point's loss as the optimizer sees it (summed over samples): loss + margin * noise, made
+    non-decreasing in the bound. A larger bound cannot be expected to lose less; a dip in the
+    measured curve is noise, and picking it would fit the validation set instead of the data."""
+    risks = [0.0 if p.bound == 0 else risk(p.loss, p.noise, margin) for p in points]
+    return _monotone(risks)
+
+
+def _plan(table: dict[str, list[Point]], n: int, allowed: float, max_size: Optional[int],
+          margin: float, metric: metrics.Metric) -> Optional[Plan]:
+    expected = {name: expected_losses(pts, margin) for name, pts in table.items()}
+    if metric.quadrature:
+        # the layers' errors are independent perturbations of the outputs: they add in quadrature
+        expected = {name: [e * e / n for e in losses] for name, losses in expected.items()}
+        allowed = allowed * allowed / n
+    unit = loss_unit(n, metric.discrete, allowed if max_size is None else sum(max(e) for e in expected.values()))
+    options = {name: [Option(p.bound, p.size, loss / n) for p, loss in zip(pts, expected[name])]
+               for name, pts in table.items()}
+    if max_size is not None:
+        return minimize_loss(options, max_size, unit)
+    return minimize_size(options, allowed / n, unit)
+
+
+def compress(
+    tflite_bytes: bytes,
+    x,
+    y=None,
+    max_loss: Optional[float] = None,
+    *,
+    metric: Union[None, str, metrics.Metric, Callable] = None,
+    output: Optional[str] = None,
+    target_ratio: Optional[float] = None,
+    layers: str = "fc",
+    min_layer_bytes: int = selection.MIN_LAYER_BYTES,
+    spent: float = 0.0,
+    margin: float = 1.0,
+    progress: bool = False,
+    num_threads: Optional[int] = None,
+    device: str = "cpu",
+    executor=None,
+    compensate: Optional[bool] = None,
+    calibration=None,
+) -> Result:
+    """The smallest .dsz of a model whose loss in `metric` on (x, y) is at most `max_loss`.
+
+    x: the inputs (one array, or one per model input); y: integer labels, or None for metrics that
+    compare with the original model only. metric: a name (pydsz.budget.metrics), a Metric or a function
+    f(outputs, original_outputs, y) -> per-sample losses; None takes metrics.default (top1 with
+    labels, expected-top1 without, output-error for models whose output is not class scores). output:
+    restrict the metric to that model output. max_loss: in the metric's unit (None: its default).
+    spent: loss an earlier step already spent, in the metric's unit, taken from the budget (e.g.
+    pruning's, measured from the unpruned model, so that pruning and compression share one
+    budget). layers: fc, conv, all, or layer names (fc3, conv12,conv13; pydsz.model.selection); those chosen
+    by kind from min_layer_bytes on. target_ratio: instead, the least loss whose compressed layers are at most their
+    original size / target_ratio. margin: how many standard deviations of the noise every decision
+    keeps in hand (0 takes the measured losses at face value, which overfits the data: the chosen
+    bounds then lose more on unseen data). The final measured loss is within the budget either way.
+    device: "cpu" or "gpu" (pydsz.gpu.device.resolve), where the assessment runs the FC tail.
+    executor: where the assessment's and verification's evaluations run (pydsz.assess.executor: Local, the
+    default, or Dask); the results are the same. compensate: encode GPTQ-compensated float32 weights
+    (pydsz.compress.compensation): each bound's errors are pushed into the weights not yet quantized,
+    so the outputs move less; the bound holds on the stored values. calibration: the inputs (as x)
+    whose Hessians the compensation uses, disjoint from x; without them it uses x, and a warning
+    says that the measured loss is then optimistic (the compensation fits the samples it is judged on).
+    compensate None (default): compensate when calibration inputs are given (bench/head_to_head.py
+    measures what it pays on data neither set holds).
+    """
+    data = bytes(tflite_bytes)
+    model = TFLiteModel(data)
+    _check_target(target_ratio)
+    reason = ""
+    if metric is None:
+        metric, reason = metrics.default(model, y is not None, output)
+    else:
+        metric = metrics.get(metric, output)
+    budget = Budget(metric, metric.default_max_loss if max_loss is None else max_loss, margin, spent)
+    if compensate is None:
+        compensate = calibration is not None
+    if calibration is not None and not compensate:
+        raise InputError("calibration inputs build the Hessians of the compensation, which is turned off: "
+                         "give compensate too")
+    chosen = compressible_layers(model, layers, min_layer_bytes)
+    names = [l.name for l in chosen]
+    x = runtime.fit_inputs(model.input_details(), x)
+    compensator, compensation_warnings = (compensation.for_model(data, names, x, calibration, num_threads)
+                                          if compensate else (None, []))
+    evaluator = Evaluator(data, x, y, names, metric=metric, num_threads=num_threads, device=device,
+                          compensator=compensator)
+    n = evaluator.samples
+    warnings = budget.warnings(n) + compensation_warnings
+    base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
+    before = metric.value(base)
+    allowed = budget.allowed(n)
+
+    executor = executor or Local()
+    start = time.perf_counter()
+    max_size = None
+    if target_ratio is not None:
+        max_size = int(sum(l.nbytes for l in chosen) / target_ratio)
+
+    def choose(table: dict) -> Optional[dict]:
+        found = _plan(table, n, allowed, max_size, margin, metric)
+        return {name: option.bound for name, option in found.choice.items()} if found else None
+
+    assessment = plan.assess(evaluator, names, allowed, progress=progress, executor=executor, choose=choose)
+    table = assessment.table
+    chosen_plan = _plan(table, n, allowed, max_size, margin, metric)
+    # nothing fits (a target ratio beyond the grid): every layer lossless
+    bounds = {name: chosen_plan.choice[name].bound if chosen_plan else 0.0 for name in names}
+    attempts: list[dict] = []
+    trials = 0  # evaluations of the verification's tightening steps
+    slack = 0.0  # loss the interpreter measured beyond the fast path's (float rounding)
+    kind = selection.container_kind(layers)
+    while True:
+        m = evaluator.measure(evaluator.weights_at(bounds))
+        at_risk = budget.risk(m.loss, m.noise)
+        attempt = {"bounds": dict(bounds), "predicted": _predicted(table, bounds, margin), "loss": m.loss,
+                   "risk": at_risk, "size": _size(table, bounds)}
+        attempts.append(attempt)
+        lossless = not any(bounds.values())
+        if at_risk + slack > allowed and max_size is None and not lossless:
+            bounds, tried = _tighten(executor, table, bounds, allowed - slack, at_risk, margin)
+            trials += tried
+            continue
+        packed = pack.encode_tensors(_encoded_model(evaluator, bounds), pack.stored_bounds(model, bounds),
+                                          kind)
+        dsz = pack.assemble(*packed, kind, gather_small=True)
+        attempt["measured_loss"] = measured = evaluator.measure_model(container.load(dsz).tflite_bytes()).loss
+        if measured <= allowed or max_size is not None or lossless:
+            break
+        slack = max(slack, measured - m.loss)
+    constants_rel, tries = 0.0, 0
+    if max_size is None:
+        tries, found = _gather_constants(evaluator, packed, chosen, bounds, layers, budget, allowed,
+                                         budget.risk(measured, m.noise), dsz)
+        if found:
+            dsz, measured, constants_rel = found
+            attempts.append({"constants_rel": constants_rel, "measured_loss": measured})
+    seconds = time.perf_counter() - start
+
+    return Result(
+        dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n, metric=metric,
+        before=before, after=metric.value(base + measured / n), loss=measured / n, max_loss=budget.max_loss,
+        allowed=allowed, model_bytes=len(data), spent=spent, margin=margin, attempts=attempts,
+        fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
+        evaluations=(assessment.evaluations + trials + sum("bounds" in a for a in attempts)
+                     + sum("bounds" in a and "measured_loss" in a for a in attempts) + tries),
+        evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
+        compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
+        assessment=assessment.layers, below_floor=selection.below_floor(model, layers, min_layer_bytes),
+        memory=evaluator.footprint(), constants_rel=constants_rel,
+    )
+
+
+def _gather_constants(evaluator: Evaluator, packed: tuple, chosen: list, bounds: dict, layers: str,
+                      budget: Budget, allowed: float, risk_before: float, dsz: bytes) -> tuple[int, Optional[tuple]]:
+    """The verified .dsz with the model's small constants gathered too (pydsz.encode.constants), each within
+    the coarsest relative bound tried whose decoded model is still within the budget, its margin
+    included (or, where the weights alone already measured beyond the margin, no riskier than they
+    were): (bounds tried, (dsz, measured loss, relative bound) or None where none is or the file is not
+    smaller than `dsz`, the one without them). packed: pack.encode_tensors' model and entries of
+    `dsz`, assembled again with each bound instead of encoded again. Each bound tried is one evaluation
+    of the decoded model. Layers chosen by name change nothing else: their selection gathers nothing."""
+    if layers not in selection.KINDS:
+        return 0, None
+    floats = {l.name for l in chosen if l.stored_dtype not in INTEGER_TYPES}
+    tries = 0
+    for rel in constants.candidates(bounds, floats):
+        smaller = pack.assemble(*packed, layers, gather_small=True, constants_rel=rel)
+        if len(smaller) >= len(dsz):
+            break  # nothing to gather, or not worth it at the coarsest bound
+        tries += 1
+        m = evaluator.measure_model(container.load(smaller).tflite_bytes())
+        if m.loss <= allowed and budget.risk(m.loss, m.noise) <= max(allowed, risk_before):
+            return tries, (smaller, m.loss, rel)
+    return tries, None
+
+
+def _point(table: dict, name: str, bound: float) -> Point:
+    return next(p for p in table[name] if p.bound == bound)
+
+
+def _size(table: dict, bounds: dict) -> int:
+    return sum(_point(table, name, b).size for name, b in bounds.items())
+
+
+def _predicted(table: dict, bounds: dict, margin: float) -> float:
+    """The optimizer's view of a choice: the sum of the layers' expected losses."""
+    total = 0.0
+    for name, bound in bounds.items():
+        points = table[name]
+        total += max(0.0, expected_losses(points, margin)[points.index(_point(table, name, bound))])
+    return total
+
+
+def _encoded_model(evaluator: Evaluator, bounds: dict) -> bytes:
+    """The model whose weights pack_model encodes: as given, or with the compensated candidates."""
+    if evaluator.compensator is None:
+        return evaluator.bytes
+    return evaluator.model.replace({name: evaluator.candidate(name, bound) for name, bound in bounds.items()
+                                    if bound > 0 and name in evaluator.compensator.layers})
+
+
+def trial_risk(evaluator: Evaluator, bounds: dict, margin: float) -> float:
+    """The risk (loss plus noise margin) of all layers compressed together at `bounds` (an executor's task)."""
+    m = evaluator.measure(evaluator.weights_at(bounds))
+    return risk(m.loss, m.noise, margin)
+
+
+def _tighten(executor, table: dict, bounds: dict, allowed: float, current: float, margin: float) -> tuple[dict, int]:
+    """One greedy step down: move one layer to its next smaller measured bound; (new bounds, trials).
+
+    Every layer's step is measured with all layers compressed together. If some step brings the
+    risk (loss plus noise margin) within `allowed`, the one giving the smallest total size wins;
+    otherwise the one that removes the most risk per added byte. Bound 0 (lossless) is the last
+    step of every layer, so repeated steps always end within budget.
+    """
+    steps = []
+    for name, bound in bounds.items():
+        smaller = [p.bound for p in table[name] if p.bound < bound]
+        if smaller:
+            steps.append({**bounds, name: max(smaller)})
+    risks = executor.map(trial_risk, [(trial, margin) for trial in steps])
+    trials = [(trial, trial_risk, _size(table, trial) - _size(table, bounds)) for trial, trial_risk in zip(steps, risks)]
+    fitting = [t for t in trials if t[1] <= allowed]
+    if fitting:
+        return min(fitting, key=lambda t: t[2])[0], len(trials)
+    return max(trials, key=lambda t: ((current - t[1]) / max(1, t[2]), -t[2]))[0], len(trials)
+
+
+def _layer_results(model: TFLiteModel, chosen: list, bounds: dict, table: dict, n: int) -> list[LayerResult]:
+    out = []
+    for layer in chosen:
+        point = next(p for p in table[layer.name] if p.bound == bounds[layer.name])
+        w = model.weight(layer)
+        out.append(LayerResult(
+            name=layer.name, shape=tuple(layer.shape), density=float(np.count_nonzero(w)) / w.size,
+            bound=point.bound, original_bytes=layer.nbytes, data_bytes=point.data_bytes,
+            index_bytes=point.index_bytes, stream_bytes=point.size, loss=point.loss / n,
+            bound_unit="steps" if layer.stored_dtype in INTEGER_TYPES else "absolute",
+        ))
+    return out

@@ -1,0 +1,127 @@
+"""DeepSZ's whole pipeline under one budget (`dsz compress --prune auto`): prune with auto sparsity, then
+compress with what is left of the same --max-loss.
+
+The budget is split between the two steps: pruning gets a share of it (its auto sparsity, pydsz.prune.auto_retrain
+with training data, else one-shot, pydsz.prune.oneshot), the loss pruning then measurably cost on the data
+(from the unpruned model) is spent, and pipeline.compress chooses the bounds within the rest. Which
+split gives the smaller file depends on the model: each share of SHARES is tried (one with retraining,
+which costs minutes each) and the smallest .dsz kept; every candidate ends within the whole budget, as
+compress verifies it. `dsz prune` stays for those who want the steps apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pydsz.budget import metrics
+from pydsz.prune import oneshot, retraining
+from pydsz.assess.evaluator import Evaluator
+from pydsz.model.selection import compressible_layers
+from pydsz.model.selection import KINDS, MIN_LAYER_BYTES
+from pydsz.budget.rule import Budget
+from pydsz.errors import InputError
+from pydsz.model.graph import TFLiteModel
+from pydsz.compress.pipeline import Result, compress
+
+# Shares of the budget pruning may spend, tried in turn (one-shot) ...
+SHARES = (0.5, 0.75)
+# ... and the one with retraining, where each candidate costs a full retraining: the brief trials of auto
+# keep a margin of noise in hand and the retrained model usually loses less than they allowed.
+RETRAIN_SHARES = (2 / 3,)
+
+
+@dataclass
+class Split:
+    """How `--prune auto` split the budget: pruning's share and measured loss, compression's."""
+
+    method: str  # "retrain" or "oneshot"
+    share: float  # of max_loss given to pruning's auto
+    max_loss: float
+    pruning_loss: float  # measured on the data, from the unpruned model (the metric's unit)
+    compression_loss: float  # measured, from the pruned model
+    sparsity: dict
+    notes: list = field(default_factory=list)
+    tried: list = field(default_factory=list)  # per share tried: {share, bytes, pruning_loss, loss}
+
+    def line(self) -> str:
+        return (f"--prune auto ({self.method}): pruning {self.pruning_loss:.4g} + compression "
+                f"{self.compression_loss:.4g} of --max-loss {self.max_loss:g} (pruning's auto given "
+                f"{self.share:.0%}); sparsity " + ", ".join(f"{k}={v:.3f}" for k, v in self.sparsity.items()))
+
+
+def compress_pruned(tflite_bytes: bytes, x, y=None, max_loss: Optional[float] = None, *, train=None,
+                    calibration=None, metric=None, output: Optional[str] = None, layers: str = "fc",
+                    min_layer_bytes: int = MIN_LAYER_BYTES, margin: float = 1.0, epochs: float = 8,
+                    distill: float = 0.5, seed: int = 0,
+                    progress: bool = False, num_threads: Optional[int] = None, device: str = "cpu",
+                    executor=None, compensate: bool = False) -> tuple[Result, Split]:
+    """Prune `tflite_bytes` with auto sparsity and compress it, the loss of both together within
+    `max_loss` in `metric` on (x, y) (pipeline.compress's arguments). train: (x, y) to retrain the FC
+    tail on (top-1 only, FC layers only); without it the layers of `layers` are pruned one-shot,
+    calibrated on `calibration` (inputs, default x). Returns compress's Result for the smallest .dsz
+    and the Split."""
+    data = bytes(tflite_bytes)
+    model = TFLiteModel(data)
+    if metric is None:
+        metric, _ = metrics.default(model, y is not None, output)
+    else:
+        metric = metrics.get(metric, output)
+    max_loss = metric.default_max_loss if max_loss is None else max_loss
+    if layers not in KINDS:
+        raise InputError(f"--prune auto prunes the layers of a kind: --layers fc, conv or all, not {layers}")
+    retrain = train is not None
+    if retrain:
+        if not isinstance(metric, metrics.Top1):
+            raise InputError(f"--prune auto with --train retrains by top-1 on the labels; --metric {metric.spec} "
+                             "needs one-shot pruning (leave out --train)")
+        if layers != "fc":
+            raise InputError(f"--prune auto with --train prunes FC layers only; --layers {layers} needs one-shot "
+                             "pruning (leave out --train)")
+    names = [l.name for l in compressible_layers(model, layers)]
+    judge = Evaluator(data, x, y, names, metric=metric, num_threads=num_threads)
+    n = judge.samples
+    Budget(metric, max_loss, margin).warnings(n)  # the whole budget, named as the user gave it
+    shares = _resolvable(RETRAIN_SHARES if retrain else SHARES, metric, max_loss, margin, n)
+    best: Optional[tuple[Result, Split]] = None
+    tried = []
+    for share in shares:
+        budget = Budget(metric, share * max_loss, margin, option="--max-loss")
+        if retrain:
+            pruned = retraining.prune_model(data, train, (x, y), "auto", epochs=epochs, auto_budget=budget,
+                                       distill=distill, seed=seed, progress=progress, num_threads=num_threads,
+                                       device=device)
+        else:
+            pruned = oneshot.prune_model(data, x if calibration is None else calibration, (x, y), "auto",
+                                         kinds=KINDS[layers], auto_budget=budget, progress=progress,
+                                         num_threads=num_threads)
+        # a gain by pruning is noise the bounds should not spend
+        spent = max(0.0, judge.measure_model(pruned.tflite).loss / n)
+        result = compress(pruned.tflite, x, y, max_loss, metric=metric, layers=layers,
+                          min_layer_bytes=min_layer_bytes, spent=spent, margin=margin,
+                          progress=progress, num_threads=num_threads, device=device, executor=executor,
+                          compensate=compensate)
+        split = Split("retrain" if retrain else "oneshot", share, max_loss, spent, result.loss,
+                      {k: v for k, v in pruned.sparsity.items() if v > 0}, pruned.notes)
+        tried.append({"share": share, "bytes": len(result.dsz), "ratio": result.ratio, "pruning_loss": spent,
+                      "loss": spent + result.loss, "sparsity": split.sparsity})
+        if best is None or len(result.dsz) < len(best[0].dsz):
+            best = (result, split)
+    result, split = best
+    split.tried = tried
+    return result, split
+
+
+def _resolvable(shares, metric, max_loss: float, margin: float, n: int) -> list[float]:
+    """The shares whose pruning budget n samples can resolve; an InputError naming --max-loss where none can."""
+    kept, error = [], None
+    for share in shares:
+        try:
+            Budget(metric, share * max_loss, margin, option="--max-loss").warnings(n)
+            kept.append(share)
+        except InputError as exc:
+            error = exc
+    if not kept:
+        raise InputError(f"--prune auto gives pruning {shares[-1]:.0%} of --max-loss {max_loss:g}: {error}")
+    return kept
+

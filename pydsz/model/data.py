@@ -1,0 +1,259 @@
+"""Data sets as (x, y) arrays: .npz files, directories of images, IDX files, Fashion-MNIST, and the
+files bundled in pydsz/data.
+
+Numpy only (Pillow for images): no TensorFlow. Samples keep their stored dtype and shape (the
+bundled Fashion-MNIST subsets are uint8 [N, 28, 28]); load_data fits them to a model's inputs.
+Labels y are optional where a metric needs none.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+
+from pydsz.errors import InputError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST_ENV = "DSZ_FASHION_MNIST_DIR"
+# The validation split is the last VALIDATION_SIZE training images (the first 55,000 train).
+VALIDATION_SIZE = 5000
+
+_DATA_DIR = Path(__file__).resolve().parents[1] / "data"  # pydsz/data
+
+# IDX type codes -> big-endian dtypes (http://yann.lecun.com/exdb/mnist/).
+_IDX_DTYPES = {
+    0x08: np.dtype("u1"),
+    0x09: np.dtype("i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+
+
+def _read_bytes(path: PathLike) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputError(f"{path}: corrupt gzip data ({e})") from None
+    return raw
+
+
+def read_idx(path: PathLike) -> np.ndarray:
+    """Read an IDX file (plain or gzipped) into an array of its stored type, in native byte order."""
+    raw = _read_bytes(path)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise InputError(f"{path}: not an IDX file (bad magic)")
+    dtype = _IDX_DTYPES.get(raw[2])
+    if dtype is None:
+        raise InputError(f"{path}: unknown IDX type code 0x{raw[2]:02x}")
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    if ndim == 0 or len(raw) < header:
+        raise InputError(f"{path}: truncated IDX header ({ndim} dimensions)")
+    shape = tuple(int(d) for d in np.frombuffer(raw, ">u4", ndim, 4))
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(raw) - header != expected:
+        raise InputError(
+            f"{path}: IDX shape {shape} needs {expected} data bytes, file has {len(raw) - header}"
+        )
+    return np.frombuffer(raw, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def _fashion_mnist_file(directory: Path, name: str) -> Path:
+    for candidate in (directory / (name + ".gz"), directory / name):
+        if candidate.is_file():
+            return candidate
+    raise InputError(
+        f"{directory / (name + '.gz')}: no such file; Fashion-MNIST comes from Debian's package "
+        f"(apt-get install dataset-fashion-mnist) or a directory named by ${FASHION_MNIST_ENV}"
+    )
+
+
+def fashion_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST's "train" (60,000) or "test" (10,000) split: x uint8 [N, 28, 28], y uint8 [N].
+
+    Reads the gzipped IDX files of Debian's dataset-fashion-mnist, or of the directory named by
+    the environment variable DSZ_FASHION_MNIST_DIR.
+    """
+    prefixes = {"train": "train", "test": "t10k"}
+    if split not in prefixes:
+        raise InputError(f"Fashion-MNIST split {split!r}: must be 'train' or 'test'")
+    directory = Path(os.environ.get(FASHION_MNIST_ENV) or FASHION_MNIST_DIR)
+    images = _fashion_mnist_file(directory, f"{prefixes[split]}-images-idx3-ubyte")
+    labels = _fashion_mnist_file(directory, f"{prefixes[split]}-labels-idx1-ubyte")
+    x, y = read_idx(images), read_idx(labels)
+    if x.dtype != np.uint8 or x.ndim != 3 or x.shape[1:] != (28, 28):
+        raise InputError(f"{images}: expected uint8 images [N, 28, 28], got {x.dtype} {x.shape}")
+    if y.dtype != np.uint8 or y.shape != (len(x),):
+        raise InputError(f"{labels}: expected {len(x)} uint8 labels, got {y.dtype} {y.shape}")
+    return x, y
+
+
+def split_validation(
+    x: np.ndarray, y: np.ndarray, size: int = VALIDATION_SIZE
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Split off the last `size` samples: ((x_train, y_train), (x_val, y_val))."""
+    if not 0 < size < len(x):
+        raise InputError(f"validation size {size}: must be in 1..{len(x) - 1}")
+    return (x[:-size], y[:-size]), (x[-size:], y[-size:])
+
+
+def load_npz(path: PathLike, need_labels: bool = True) -> tuple:
+    """A data set stored in an .npz file: (x, y).
+
+    x: the array `x`, or, for a model of several inputs, the arrays `x0`, `x1`, ... or ones named
+    after the inputs (every array but `y`), as a dict. y: the integer labels `y`; None when the
+    file has none and need_labels is False.
+    """
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    try:
+        npz = np.load(path, allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise InputError(f"{path}: not an .npz archive (a single .npy array)")
+        with npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except InputError:
+        raise
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    except (ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        # np.load raises ValueError for non-npz bytes and for object (pickled) arrays.
+        raise InputError(f"{path}: not a valid .npz archive ({e})") from None
+    y = arrays.pop("y", None)
+    if y is None and need_labels:
+        raise InputError(f"{path}: no array 'y'")
+    if "x" in arrays:
+        x = arrays["x"]
+    elif arrays and not need_labels:
+        x = arrays
+    else:
+        raise InputError(f"{path}: no array 'x'" + ("" if need_labels else " (nor x0, x1, ... for several inputs)"))
+    for name, a in ({"x": x} if "x" in arrays else x).items():
+        if a.ndim == 0 or a.dtype.kind not in "biuf":
+            raise InputError(f"{path}: array '{name}' must be numeric with a sample axis, got {a.dtype} {a.shape}")
+        if len(a) == 0:
+            raise InputError(f"{path}: no samples")
+    n = len(x) if "x" in arrays else len(next(iter(x.values())))
+    if y is not None:
+        if y.ndim != 1 or y.dtype.kind not in "iu":
+            raise InputError(f"{path}: array 'y' must be 1-D integer labels, got {y.dtype} {y.shape}")
+        if n != len(y):
+            raise InputError(f"{path}: 'x' has {n} samples, 'y' has {len(y)} labels")
+    return x, y
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+# --normalize: uint8 pixel values 0..255 mapped linearly onto these ranges for float inputs
+NORMALIZATIONS = {"0,1": (0.0, 1.0), "-1,1": (-1.0, 1.0), "0,255": (0.0, 255.0)}
+
+
+def load_images(directory: PathLike, input_shape, input_dtype, normalize: Optional[str] = None) -> np.ndarray:
+    """The PNG and JPEG images of a directory (sorted by name) as model input [N, H, W, C].
+
+    Each image is resized to the input's height and width (bilinear, aspect ratio not kept). An
+    input of 3 channels takes colour images (an alpha channel is dropped, palettes expanded), one
+    of 1 channel grayscale ones; any other mix is an InputError. For a float input `normalize`
+    ("0,1", "-1,1" or "0,255") maps the pixel values; a uint8 input takes them as they are.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    directory = Path(directory)
+    shape = tuple(int(d) for d in input_shape)
+    if len(shape) != 4 or shape[3] not in (1, 3):
+        raise InputError(f"{directory}: a directory of images needs a model input of shape [batch, height, width, "
+                         f"1 or 3], not {list(shape)}")
+    dtype = np.dtype(input_dtype)
+    if dtype.kind == "f":
+        if normalize not in NORMALIZATIONS:
+            raise InputError(f"{directory}: the model takes {dtype} input: give --normalize "
+                             f"{' or '.join(NORMALIZATIONS)} to map the pixels' 0..255 onto its range")
+    elif dtype != np.uint8:
+        raise InputError(f"{directory}: images can feed float or uint8 inputs, not {dtype}: give an .npz")
+    elif normalize is not None:
+        raise InputError(f"{directory}: the model takes uint8 pixels as they are: leave out --normalize")
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise InputError(f"{directory}: no PNG or JPEG images ({', '.join(IMAGE_SUFFIXES)})")
+    height, width, channels = shape[1:]
+    out = np.empty((len(files), height, width, channels), np.uint8)
+    for i, path in enumerate(files):
+        try:
+            with Image.open(path) as image:
+                image.load()
+                colour = image.mode not in ("1", "L", "LA", "I", "I;16", "F")
+                if colour != (channels == 3):
+                    raise InputError(f"{path}: a {'colour' if colour else 'grayscale'} image ({image.mode}), "
+                                     f"but the model takes {channels} channel(s)")
+                image = image.convert("RGB" if colour else "L").resize((width, height), Image.BILINEAR)
+        except (OSError, UnidentifiedImageError, ValueError) as e:
+            raise InputError(f"{path}: not a readable image ({e})") from None
+        out[i] = np.asarray(image, np.uint8).reshape(height, width, channels)
+    if dtype.kind != "f":
+        return out
+    low, high = NORMALIZATIONS[normalize]
+    return (out.astype(np.float32) * np.float32((high - low) / 255.0) + np.float32(low)).astype(dtype)
+
+
+def load_data(path: PathLike, model, normalize: Optional[str] = None, need_labels: bool = False) -> tuple:
+    """A data set for a model (a TFLiteModel): (x, y) from an .npz or a directory of images, checked
+    against the model's inputs. x is one array, or a list of arrays for a model of several inputs;
+    y is None when there are no labels (images never have)."""
+    from pydsz.model.runtime import fit_inputs
+
+    input_details = model.input_details()
+    if os.path.isdir(path):
+        if need_labels:
+            raise InputError(f"{path}: a directory of images has no labels; this needs an .npz with 'y'")
+        if len(input_details) != 1:
+            raise InputError(f"{path}: images feed a model of one input; this one has {len(input_details)}")
+        detail = input_details[0]
+        x, y = load_images(path, detail["shape"], detail["dtype"], normalize), None
+    else:
+        if normalize is not None:
+            raise InputError(f"{path}: --normalize applies to a directory of images, not to an .npz")
+        x, y = load_npz(path, need_labels=need_labels)
+    arrays = fit_inputs(input_details, x, source=str(path))
+    return (arrays[0] if len(arrays) == 1 else arrays), y
+
+
+def bundled(name: str) -> Path:
+    """Path of a file bundled in pydsz/data (a reference model or data set), e.g. "lenet5.tflite"."""
+    path = _DATA_DIR / name
+    if Path(name).name != name or not path.is_file():
+        available = sorted(p.name for p in _DATA_DIR.glob("*") if p.is_file())
+        raise InputError(f"{name}: no such bundled file (have: {', '.join(available) or 'none'})")
+    return path
+
+
+def check_outputs(outputs: dict) -> None:
+    """InputError when the model's outputs on finite inputs hold a NaN or an infinity: nothing can be
+    measured against them. outputs: {name: array [n, ...]}."""
+    for name, values in outputs.items():
+        values = np.asarray(values)
+        if values.dtype.kind != "f" or values.size == 0:
+            continue
+        bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+        if bad.any():
+            first = int(np.argmax(bad))
+            what = "NaN" if np.isnan(values[first]).any() else "an infinity"
+            raise InputError(f"the model's output {name} is {what} for sample {first} ({int(bad.sum())} of "
+                             f"{len(values)} samples), although the inputs are finite: nothing can be measured "
+                             "against it; check the model and what --normalize feeds it")

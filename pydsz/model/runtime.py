@@ -1,0 +1,440 @@
+"""Running a model over a data set in batches, and reading intermediate tensors, on an interpreter
+of pydsz.format.interpreter."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import numpy as np
+
+from pydsz.errors import DszError, InputError
+from pydsz.format.interpreter import interpreter_class, make_interpreter
+
+__all__ = ["predict", "outputs", "fit_inputs", "accuracy", "capture", "tensors", "probe", "batch_size"]
+
+
+DEFAULT_BATCH = 256
+# capture() preserves every tensor of a batch: its batches hold at most this many bytes of them
+# (VGG-16's trunk keeps 0.85 MiB a sample, 217 MiB for a batch of 256)
+CAPTURE_BYTES = 64 << 20
+# outputs() sizes its batches so that their non-constant tensors take at most this many bytes: the
+# interpreter's arena grows with the batch (the AlexNet-shaped model, 496 KiB a sample: +86 MiB at
+# 256 samples, +17 MiB at 64, which run within 6% of the time); small models keep DEFAULT_BATCH
+BATCH_BYTES = 32 << 20
+
+
+
+
+
+
+
+
+
+
+def _interpreter(model, num_threads):
+    return model if hasattr(model, "invoke") else make_interpreter(model, num_threads=num_threads)
+
+
+_LIBC = None
+
+
+def _trim() -> None:
+    """Hand the heap's free memory back to the system (glibc's malloc_trim). glibc keeps a freed
+    interpreter's tensors (a batch's: tens of MiB) and the next interpreter's come on top; the
+    candidates' interpreters follow one another, so without this the process grows by one batch's
+    tensors beyond what pydsz.compress.footprint counts."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018  (musl and others have none)
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+def fit_inputs(details, x, source: str = "x", finite: bool = True) -> list:
+    """x (one array, or several: a list in the model's input order, or a dict keyed x0, x1, ... or by
+    the inputs' names: "key" of TFLiteModel.input_details where the details have it, else the
+    tensor names) as one array per model input, each reshaped to the input's sample shape.
+
+    InputError, naming `source`, where the arrays do not fit the inputs: count, sample shape,
+    values that the input's integer type cannot hold, or (finite=True) a NaN or an infinity, naming
+    the array and the first sample that holds one.
+    """
+    names = [d.get("key", d["name"]) for d in details]
+    if isinstance(x, Mapping):
+        by_position = [f"x{i}" for i in range(len(details))]
+        if set(x) == set(by_position):
+            arrays = [x[k] for k in by_position]
+        elif set(x) == set(names):
+            arrays = [x[k] for k in names]
+        else:
+            raise InputError(f"{source}: arrays {', '.join(sorted(x))} do not match the model's inputs: give "
+                             f"{', '.join(by_position)} or the inputs' names ({', '.join(names)})")
+    else:
+        arrays = list(x) if isinstance(x, (list, tuple)) else [x]
+        if len(arrays) != len(details):
+            raise InputError(f"{source}: {len(arrays)} input array(s) for a model with {len(details)} inputs "
+                             f"({', '.join(names)}): give x0, x1, ... or the inputs' names")
+    fitted = []
+    labels = (names if isinstance(x, Mapping) and set(x) != {f"x{i}" for i in range(len(details))}
+              else ["x"] if len(details) == 1 else [f"x{i}" for i in range(len(details))])
+    for name, label, detail, a in zip(names, labels, details, arrays):
+        what = source if len(details) == 1 else f"{source}: input {name}"
+        a = np.asarray(a)
+        sample_shape = tuple(int(d) for d in detail["shape"][1:])
+        if a.ndim < 1 or a.shape[0] == 0:
+            raise InputError(f"{what} needs at least one sample along the first axis, got shape {a.shape}")
+        if a.dtype.kind not in "biuf":
+            raise InputError(f"{what} must be numeric, got {a.dtype}")
+        signature = tuple(detail.get("shape_signature", ()))[1:]
+        if len(signature) == len(sample_shape) == a.ndim - 1 and any(d == -1 for d in signature) and all(
+                d in (-1, have) for d, have in zip(signature, a.shape[1:])):
+            sample_shape = tuple(a.shape[1:])  # a dynamic shape (a tensor fed across a cut): the array's own
+        have, need = int(np.prod(a.shape[1:], dtype=np.int64)), int(np.prod(sample_shape, dtype=np.int64))
+        if have != need:
+            raise InputError(f"{what} has samples of shape {a.shape[1:]} ({have} values) "
+                             f"but the model takes {sample_shape}")
+        dtype = np.dtype(detail["dtype"])
+        if dtype.kind in "iu" and a.size:
+            info = np.iinfo(dtype)
+            if a.dtype.kind == "f" and not np.all(np.mod(a, 1) == 0):
+                raise InputError(f"{what} goes to a {dtype} input but holds fractions ({a.dtype})")
+            if a.min() < info.min or a.max() > info.max:
+                raise InputError(f"{what} goes to a {dtype} input ({info.min}..{info.max}) but "
+                                 f"spans {a.min()}..{a.max()}")
+        if finite and a.dtype.kind == "f":
+            _check_finite(a, source, label)
+        fitted.append(a.reshape((a.shape[0],) + sample_shape))
+    if len({len(a) for a in fitted}) > 1:
+        raise InputError(f"{source}: the input arrays hold different numbers of samples "
+                         f"({', '.join(str(len(a)) for a in fitted)})")
+    return fitted
+
+
+def _check_finite(a: np.ndarray, source: str, label: str) -> None:
+    """InputError naming the array and the first sample of `a` that holds a NaN or an infinity."""
+    bad = ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
+    if bad.any():
+        first = int(np.argmax(bad))
+        what = "NaN" if np.isnan(a[first]).any() else "an infinity"
+        others = int(bad.sum()) - 1
+        raise InputError(f"{source}: array '{label}', sample {first} holds {what}"
+                         + (f" ({others} other sample{'s' if others > 1 else ''} too)" if others else "")
+                         + ": give finite inputs")
+
+
+def _run_batches(interpreter, x, batch_size: int, read) -> list:
+    """Feed x (see fit_inputs) to the inputs in batches; collect read(interpreter), a list of arrays
+    with one row per sample of the batch (or none, where read keeps the values itself), for each
+    batch in order.
+
+    A model whose inputs declare a fixed batch (shape_signature without -1) runs one sample at a
+    time; so does one whose graph turns out to hard-code a batch of 1 (an invoke that fails, or an
+    output that does not hold a row per sample, e.g. behind a RESHAPE to [1, n]).
+    """
+    details = interpreter.get_input_details()
+    arrays = fit_inputs(details, x, finite=False)
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    if any(len(d.get("shape_signature", ())) and d["shape_signature"][0] != -1 for d in details):
+        batch_size = 1
+    n = arrays[0].shape[0]
+    results = []
+    rows = None  # the batch size the interpreter is allocated for (None: not yet allocated here)
+    start = 0
+    while start < n:
+        batches = [np.ascontiguousarray(a[start:start + batch_size], dtype=d["dtype"]) for a, d in zip(arrays, details)]
+        size = batches[0].shape[0]
+        try:
+            if size != rows:
+                for d, batch in zip(details, batches):
+                    interpreter.resize_tensor_input(d["index"], list(batch.shape))
+                interpreter.allocate_tensors()
+                rows = size
+            for d, batch in zip(details, batches):
+                interpreter.set_tensor(d["index"], batch)
+            interpreter.invoke()
+            values = read(interpreter)
+            if any(v.ndim == 0 or v.shape[0] != size for v in values):
+                raise ValueError("an output does not hold one row per sample of the batch")
+        except InputError:
+            raise
+        except (RuntimeError, ValueError) as exc:
+            if batch_size == 1:
+                raise DszError(f"the TFLite interpreter failed on sample {start}: {exc}") from exc
+            batch_size, rows = 1, None
+            continue
+        results.append(values)
+        start += size
+    return results
+
+
+def _batch(model, budget: int, x=None) -> int:
+    """As many samples (up to DEFAULT_BATCH) as keep a batch's non-constant tensors within `budget`
+    bytes: their sizes as one sample of x makes them (probe), else as the model declares them (a
+    dynamic shape then counts 1 along its free axes: BirdNET's declare 5 MB a sample and take 112).
+    A sample's values do not depend on the batch it runs in beyond float rounding (some runtimes'
+    kernels round differently by batch): a comparison runs both sides with the same rule."""
+    per_sample = probe(model, x, samples=1).sample_bytes if x is not None else _declared_bytes(model)
+    return max(1, min(DEFAULT_BATCH, budget // max(1, per_sample)))
+
+
+def _declared_bytes(model) -> int:
+    from pydsz.model.graph import TFLiteModel
+
+    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
+    return sum(int(np.prod(t.shape[1:])) * (np.dtype(t.dtype).itemsize if t.dtype else 4)
+               for t in parsed.tensors if len(t.shape) and parsed.constant(t.index) is None)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What running one and two samples says about a model's tensors: the bytes one sample's
+    non-constant tensors take (all of them at once: what the batch is sized by), and which tensors
+    hold one row per sample (None where the model does not run two samples at once)."""
+
+    sample_bytes: int
+    rows: Optional[frozenset]
+    tensors: Optional[dict] = None  # tensor index -> its bytes for one sample (None: declared shapes only)
+
+
+def probe(model, x, samples: int = 2) -> Probe:
+    """Run x's first sample (and, samples=2, its first two) on the builtin kernels with every tensor
+    kept, and read the tensors' shapes. A model the probe cannot run is described by its declared
+    shapes (rows None)."""
+    from pydsz.model.graph import TFLiteModel
+
+    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
+    cls = interpreter_class()
+    resolver = sys.modules[cls.__module__].OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    shapes, it = [], None
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*preserve_all_tensors", category=UserWarning)
+            it = cls(model_content=parsed.data, experimental_preserve_all_tensors=True,
+                     experimental_op_resolver_type=resolver)
+        details = it.get_input_details()
+        arrays = fit_inputs(details, x, finite=False)
+        for rows in range(1, samples + 1):
+            if len(arrays[0]) < rows:
+                break
+            for d, a in zip(details, arrays):
+                it.resize_tensor_input(d["index"], [rows, *a.shape[1:]])
+            it.allocate_tensors()
+            for d, a in zip(details, arrays):
+                it.set_tensor(d["index"], np.ascontiguousarray(a[:rows], dtype=d["dtype"]))
+            it.invoke()
+            shapes.append({d["index"]: (tuple(int(v) for v in d["shape"]), np.dtype(d["dtype"]).itemsize)
+                           for d in it.get_tensor_details() if d["index"] < len(parsed.tensors)})
+    except (RuntimeError, ValueError):
+        pass
+    it = None
+    _trim()
+    if not shapes:
+        return Probe(_declared_bytes(parsed), None)
+    one = shapes[0]
+    sizes = {t: int(np.prod(shape)) * size for t, (shape, size) in one.items() if parsed.constant(t) is None}
+    per_sample = sum(sizes.values())
+    rows = None
+    if len(shapes) > 1:
+        rows = frozenset(t for t, (shape, _) in shapes[1].items() if len(shape) >= 1 and shape[0] == 2
+                         and len(one.get(t, ((),))[0]) >= 1 and one[t][0][0] == 1)
+    return Probe(per_sample, rows, sizes)
+
+
+def batch_size(model, x=None) -> int:
+    """The batch outputs() runs a model (bytes or TFLiteModel) in: as many samples as keep its
+    non-constant tensors within BATCH_BYTES (their sizes on x's first sample, where x is given)."""
+    return _batch(model, BATCH_BYTES, x)
+
+
+def outputs(model, x, keys, batch_size: Optional[int] = None, num_threads: Optional[int] = None) -> dict:
+    """Every output of the model for every sample of x, as {key: array [n, ...]}: keys name the
+    outputs in order (TFLiteModel.output_details()'s "key"). batch_size: by default as many samples
+    as keep the batch's tensors within BATCH_BYTES (an interpreter given: DEFAULT_BATCH)."""
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH if hasattr(model, "invoke") else _batch(model, BATCH_BYTES, x)
+    interpreter = _interpreter(model, num_threads)
+    details = interpreter.get_output_details()
+    if len(keys) != len(details):
+        raise InputError(f"{len(keys)} output names for a model of {len(details)} outputs")
+    parts = _run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(d["index"]).copy() for d in details])
+    if interpreter is not model:
+        del interpreter
+        _trim()
+    return {key: np.concatenate([p[i] for p in parts], axis=0) for i, key in enumerate(keys)}
+
+
+def predict(model, x, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int] = None,
+            output: int = 0) -> np.ndarray:
+    """The model's output (number `output`) for every sample of x, stacked along the first axis.
+
+    model: bytes, TFLiteModel or an interpreter. Each sample of x is reshaped to the input's
+    shape when the value counts match and cast to the input's dtype as is (no quantization).
+    """
+    interpreter = _interpreter(model, num_threads)
+    outputs = interpreter.get_output_details()
+    if not 0 <= output < len(outputs):
+        raise InputError(f"output {output} out of range: the model has {len(outputs)} output(s)")
+    index = outputs[output]["index"]
+    parts = _run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(index).copy()])
+    return np.concatenate([p[0] for p in parts], axis=0)
+
+
+def top1(scores: np.ndarray, y) -> float:
+    """Fraction of rows of scores whose largest entry is at the label y; checks the labels."""
+    y = np.asarray(y)
+    scores = scores.reshape(scores.shape[0], -1)
+    if y.ndim != 1 or y.shape[0] != scores.shape[0]:
+        raise InputError(f"y must be a vector of {scores.shape[0]} labels, got shape {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise InputError(f"labels must be integers, got {y.dtype}")
+    classes = scores.shape[1]
+    if y.size and (y.min() < 0 or y.max() >= classes):
+        raise InputError(f"labels range over {int(y.min())}..{int(y.max())} but the model has {classes} outputs")
+    return float(np.mean(np.argmax(scores, axis=1) == y))
+
+
+def accuracy(model, x, y, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int] = None) -> float:
+    """Top-1 accuracy of the model's first output on (x, y)."""
+    y = np.asarray(y)
+    if y.ndim != 1 or y.shape[0] != np.shape(x)[0]:
+        raise InputError(f"y must be a vector of {np.shape(x)[0]} labels (one per sample of x), got shape {y.shape}")
+    return top1(predict(model, x, batch_size=batch_size, num_threads=num_threads), y)
+
+
+def tensors(model, x, batch_size: Optional[int] = None, num_threads: Optional[int] = None) -> list:
+    """Every output of the model (bytes) for every sample of x, in the graph's output order, each
+    written batch by batch into one array from pydsz.model.cache (memory-mapped where the user's limit says
+    so): how activations to keep are computed. batch_size: as outputs() chooses it."""
+    from pydsz.model import cache
+
+    if batch_size is None:
+        batch_size = _batch(model, BATCH_BYTES, x)
+    interpreter = make_interpreter(model, num_threads=num_threads)
+    details = interpreter.get_output_details()
+    n = len(fit_inputs(interpreter.get_input_details(), x, finite=False)[0])
+    out: list = []
+    filled = 0
+
+    def read(it):
+        nonlocal filled
+        values = [it.get_tensor(d["index"]) for d in details]
+        rows = it.get_input_details()[0]["shape"][0]
+        if any(v.ndim == 0 or v.shape[0] != rows for v in values):
+            return values  # _run_batches retries one sample at a time, then says what is wrong
+        if not out:
+            out.extend(cache.empty((n, *v.shape[1:]), v.dtype) for v in values)
+        for array, v in zip(out, values):
+            array[filled:filled + rows] = v
+        filled += rows
+        return []
+
+    _run_batches(interpreter, x, batch_size, read)
+    del interpreter
+    _trim()
+    return out
+
+
+def capture(model, x, tensor_index: int, batch_size: Optional[int] = None,
+            num_threads: Optional[int] = None) -> np.ndarray:
+    """The values of tensor `tensor_index` for every sample of x (e.g. the input of the first FC layer).
+
+    model: bytes or TFLiteModel. The model is cut after the op that computes the tensor
+    (pydsz.model.cut), which then is its output: only the ops it needs run, in the interpreter's usual
+    memory. A model that cannot be cut runs whole with all tensors preserved (intermediates are
+    otherwise unreliable), its batches then within CAPTURE_BYTES of preserved tensors. The result is
+    written batch by batch into one array from pydsz.model.cache (memory-mapped where the user's limit
+    says so), never held twice; a sample's values do not depend on the batch it runs in.
+    """
+    from pydsz.model import cut
+    from pydsz.model.graph import TFLiteModel
+
+    if hasattr(model, "invoke"):
+        raise InputError("capture needs the model's bytes, not an interpreter: it must preserve all tensors")
+    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
+    if not 0 <= tensor_index < len(parsed.tensors):
+        raise InputError(f"tensor {tensor_index} out of range: the model has {len(parsed.tensors)} tensors")
+    graph = cut.Graph(parsed)
+    if graph.reason is None and tensor_index in graph.producer and graph.per_sample(tensor_index):
+        sub, fed = _prefix(parsed, graph, x, tensor_index)
+        return tensors(sub, fed, batch_size or _batch(sub, CAPTURE_BYTES, fed), num_threads)[0]
+    return _capture_preserved(parsed.data, x, tensor_index, batch_size, num_threads)
+
+
+def stream(model, x, tensor_index: Optional[int], visit, batch_size: Optional[int] = None,
+           num_threads: Optional[int] = None) -> None:
+    """Call visit(values) with tensor `tensor_index`'s values (None: the model's first output) for
+    each batch of x, in order, whatever their shape: for what needs all of a tensor's rows but not
+    which sample each came from (a Hessian), in one batch's memory. Unlike capture, the tensor need
+    not hold one row per sample (BirdNET's front-end FC reads [frames x batch, 1025] rows).
+    model: bytes or TFLiteModel."""
+    from pydsz.model import cut
+    from pydsz.model.graph import TFLiteModel
+
+    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
+    if tensor_index is None:
+        tensor_index = parsed.outputs[0]
+    if not 0 <= tensor_index < len(parsed.tensors):
+        raise InputError(f"tensor {tensor_index} out of range: the model has {len(parsed.tensors)} tensors")
+    graph = cut.Graph(parsed)
+    if graph.reason is None and tensor_index in graph.producer:
+        sub, fed = _prefix(parsed, graph, x, tensor_index)
+        interpreter = make_interpreter(sub, num_threads=num_threads)
+        read = interpreter.get_output_details()[0]["index"]
+        batch_size = batch_size or _batch(sub, CAPTURE_BYTES, fed)
+    else:
+        fed = x
+        interpreter = make_interpreter(parsed.data, num_threads=num_threads, preserve_all_tensors=True)
+        read = tensor_index
+        batch_size = batch_size or _batch(parsed.data, CAPTURE_BYTES, x)
+    # a batch whose invoke fails is retried sample by sample (_run_batches); one visited is never re-run
+    _run_batches(interpreter, fed, batch_size, lambda it: visit(it.get_tensor(read)) or [])
+    del interpreter
+    _trim()
+
+
+def _prefix(parsed, graph, x, tensor_index: int) -> tuple:
+    """The model cut after the op that computes the tensor, which is its output, and the model
+    inputs it reads, in its own order."""
+    from pydsz.model import cut
+
+    segment = graph.segment(range(graph.producer[tensor_index] + 1), set(parsed.inputs), [tensor_index])
+    by_tensor = dict(zip(parsed.inputs, fit_inputs(parsed.input_details(), x, finite=False)))
+    return cut.model_bytes(parsed, segment), [by_tensor[t] for t in segment.inputs]
+
+
+def _capture_preserved(model: bytes, x, tensor_index: int, batch_size: Optional[int],
+                       num_threads: Optional[int]) -> np.ndarray:
+    from pydsz.model import cache
+
+    if batch_size is None:
+        batch_size = _batch(model, CAPTURE_BYTES, x)
+    interpreter = make_interpreter(model, num_threads=num_threads, preserve_all_tensors=True)
+    n = len(fit_inputs(interpreter.get_input_details(), x, finite=False)[0])
+    out, filled = None, 0
+
+    def read(it):
+        nonlocal out, filled
+        values = it.get_tensor(tensor_index)
+        rows = it.get_input_details()[0]["shape"][0]
+        if values.ndim == 0 or values.shape[0] != rows:
+            raise InputError(f"tensor {tensor_index} of shape {values.shape} has no batch axis to capture")
+        if out is None:
+            out = cache.empty((n, *values.shape[1:]), values.dtype)
+        out[filled:filled + rows] = values
+        filled += rows
+        return []  # the values are in out, their batch axis checked above
+
+    _run_batches(interpreter, x, batch_size, read)
+    del interpreter
+    _trim()
+    return out

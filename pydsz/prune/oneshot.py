@@ -1,0 +1,205 @@
+"""One-shot pruning from calibration inputs alone: SparseGPT (pydsz.prune.gptq) on every selected layer.
+
+No gradients and no labels: anything the interpreter runs can be pruned this way. Each layer is
+pruned on the inputs the layers already pruned produce, in execution order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from pydsz.budget import metrics
+from pydsz.model import runtime
+from pydsz.prune import auto_sparsity
+from pydsz.budget.rule import Budget
+from pydsz.context import Run
+from pydsz.errors import InputError
+from pydsz.prune.gptq import DAMP, MAX_HESSIAN_BYTES, Sequential, check_memory, inverse_factor, selectable, solve
+from pydsz.prune.masks import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, by_size, density, sparsity_targets
+from pydsz.model.graph import TFLiteModel
+from pydsz.prune.retraining import PruneResult
+
+
+@dataclass
+class OneShotResult:
+    """A model pruned one-shot and what was done to it."""
+
+    tflite: bytes
+    sparsity: dict[str, float]  # per selected layer, after pruning
+    pruned: list[str]  # the layers pruned now, in execution order
+    already_sparse: list[str]  # layers found sparse and left as they were
+    seconds: dict[str, float]  # per pruned layer: capture, Hessian and sweep
+
+
+def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapping[str, float]] = 0.5, *,
+                 kinds: Sequence[str] = ("fc",), nm: Optional[tuple[int, int]] = None, damp: float = DAMP,
+                 max_hessian_bytes: int = MAX_HESSIAN_BYTES, progress: bool = False,
+                 num_threads: Optional[int] = None) -> OneShotResult:
+    """SparseGPT on every selected layer, in execution order, each on the inputs the layers already
+    pruned produce. sparsity: one fraction, or {layer: fraction}; nm=(n, m) prunes n of every m
+    consecutive inputs instead (sparsity n/m). x: calibration inputs, no labels needed."""
+    from tqdm import tqdm
+
+    model = TFLiteModel(tflite_bytes)
+    layers = selectable(model, kinds)
+    if not layers:
+        raise InputError(f"the model has no prunable {'/'.join(kinds)} layer "
+                         "(float32 constant weights used by one layer)")
+    if nm is not None and not 0 < nm[0] < nm[1]:
+        raise InputError(f"n:m pattern {nm[0]}:{nm[1]}: need 0 < n < m")
+    if len(np.shape(x)) < 1 or np.shape(x)[0] < 1:
+        raise InputError("the calibration set is empty")
+    targets = sparsity_targets([l.name for l in layers], nm[0] / nm[1] if nm else sparsity)
+    already = [l.name for l in layers if 1 - density(model.weight(l)) >= ALREADY_SPARSE]
+    todo = [l for l in layers if l.name in targets and targets[l.name] > 0 and l.name not in already]
+    check_memory(todo, max_hessian_bytes)
+    seconds: dict[str, float] = {}
+    inputs = Sequential(model, x, todo, num_threads)
+    for layer in tqdm(todo, desc="one-shot pruning", unit="layer", disable=not progress, leave=False):
+        start = time.perf_counter()
+        h = inputs.hessian(model, layer)
+        factors = [inverse_factor(g, damp) for g in h]
+        weight = solve(layer, model.weight(layer), factors, sparsity=targets[layer.name], nm=nm)
+        model = TFLiteModel(model.replace({layer.name: weight}))
+        seconds[layer.name] = time.perf_counter() - start
+    return OneShotResult(model.data, {l.name: 1 - density(model.weight(l)) for l in layers},
+                         [l.name for l in todo], already, seconds)
+
+
+def prune_model(
+    tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.ndarray, Optional[np.ndarray]],
+    sparsity: Union[float, Mapping[str, float], tuple[int, int], str], *, kinds: Sequence[str] = ("fc",),
+    auto_budget: Union[float, Budget] = 0.001, metric=None, output: Optional[str] = None, progress: bool = False,
+    num_threads: int | None = None,
+) -> PruneResult:
+    """Prune the layers of `kinds` one-shot (pydsz.prune.oneshot: SparseGPT from calibration inputs, no
+    training). sparsity: a fraction, {layer: fraction}, an n:m pattern (n, m), or "auto" (as
+    auto_sparsity decides, on one-shot trials judged on `val` by `metric`: a pydsz.budget.metrics spec, by
+    default top1 with labels, expected-top1 without for a classifier, output-error otherwise;
+    auto_budget is in the metric's unit, or a pydsz.budget.rule.Budget: its metric, margin and option name). The labels, when given, also measure top-1 before and after."""
+    x_val, y_val = val
+
+    def top1(model: bytes) -> Optional[float]:
+        return None if y_val is None else runtime.accuracy(model, x_val, y_val, num_threads=num_threads)
+
+    nm = sparsity if isinstance(sparsity, tuple) else None
+    notes: list[str] = []
+    if sparsity == "auto" and isinstance(auto_budget, Budget):
+        judged = auto_budget
+        notes.append(f"auto judged by {judged.metric.spec}")
+    elif sparsity == "auto":
+        if metric is None:
+            judge_by, why = metrics.default(TFLiteModel(tflite_bytes), y_val is not None, output)
+            notes.append(f"auto judged by {judge_by.spec} ({why})")
+        else:
+            judge_by = metrics.get(metric, output)
+            notes.append(f"auto judged by {judge_by.spec}")
+        judged = Budget(judge_by, auto_budget, AUTO_MARGIN, option="--auto-budget", margin_option=None)
+    if sparsity == "auto":
+        sparsity, warnings = _oneshot_auto(tflite_bytes, calibration, val, kinds, judged,
+                                           Run(num_threads, progress=progress))
+        notes += warnings
+    elif isinstance(sparsity, str):
+        raise InputError(f"sparsity {sparsity!r}: give a fraction, name=value pairs, n:m or auto")
+    result = prune_layers(tflite_bytes, calibration, 0.0 if nm else sparsity, kinds=kinds, nm=nm,
+                          progress=progress, num_threads=num_threads)
+    if y_val is None:  # no top-1 says what pruning cost: the metric against the unpruned model does
+        drift = metrics.get(metric, output) if metric else metrics.default(TFLiteModel(tflite_bytes), False, output)[0]
+        if not drift.needs_labels:
+            notes.append(_loss_note(bytes(tflite_bytes), result.tflite, x_val, drift, num_threads))
+    return PruneResult(result.tflite, result.sparsity, result.pruned, result.already_sparse,
+                       top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds, notes)
+
+
+def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kinds: Sequence[str], judged: Budget,
+                  run: Run) -> tuple[dict[str, float], list[str]]:
+    """auto's plan with one-shot trials (pydsz.prune.auto_sparsity): per layer, SparseGPT on that layer alone at each
+    rung (its Hessian from the calibration inputs, once, along the cuts), the loss of each measured on `val` and its
+    bytes from libdsz; the knapsack's family of plans; then the most pruned plan whose one-shot pruning
+    of every layer together stays within the budget on `val` (pydsz.budget.metrics, paired with the unpruned
+    model's per sample, the noise as compress counts it) with its margin of noise in hand. Nothing
+    retrains, so every trial is judged against the unpruned model. Returns the sparsities and the notes
+    (what was chosen; samples too few to resolve the budget, an InputError where they cannot resolve it
+    at all)."""
+    from pydsz.assess.evaluator import Evaluator
+
+    x_val, y_val = val
+    metric, num_threads = judged.metric, run.num_threads
+    model = TFLiteModel(tflite_bytes)
+    if metric.needs_labels and y_val is None:
+        raise InputError(f"sparsity auto judged by {metric.name} needs labels (an .npz with 'y'); without them "
+                         "judge by a metric that compares with the unpruned model (expected-top1, output-error)")
+    layers = [l for l in selectable(model, kinds) if 1 - density(model.weight(l)) < ALREADY_SPARSE]
+    names = [l.name for l in layers]
+    if not layers:
+        return {}, []
+    check_memory(layers)
+    judge = Evaluator(tflite_bytes, x_val, y_val, names, metric=metric, num_threads=num_threads)
+    n = judge.samples
+    warnings = judged.warnings(n)
+    allowed = judged.allowed(n)
+    # the curves rank by a smooth loss where the budget's moves by whole samples
+    proxy = (Evaluator(tflite_bytes, x_val, y_val, names, metric=metrics.UserMetric(divergence, "divergence",
+                                                                                 metric.output),
+                       num_threads=num_threads) if metric.classifier else judge)
+    factors = {}
+    hessians = Sequential(model, calibration, layers, num_threads)  # the model never changes here
+
+    def prune(name: str, s: float) -> np.ndarray:
+        layer = model.layer(name)
+        if name not in factors:
+            factors[name] = [inverse_factor(g, DAMP) for g in hessians.hessian(model, layer)]
+        return solve(layer, model.weight(layer), factors[name], sparsity=s)
+
+    curves = auto_sparsity.measure_curves({l.name: model.weight(l) for l in layers}, prune,
+                                    lambda name, w: proxy.measure({name: w}).loss, progress=run.progress)
+    factors.clear()
+    family = auto_sparsity.plans(curves)
+
+    def trial(plan: dict) -> auto_sparsity.Trial:
+        pruned = prune_layers(tflite_bytes, calibration, plan, kinds=kinds, num_threads=num_threads).tflite
+        m = judge.measure_model(pruned)
+        return auto_sparsity.Trial(plan, judged.within(m.loss, m.noise, allowed), m.loss, m.noise)
+
+    index, trials = auto_sparsity.search(family, trial, run.progress)
+    if index == 0:
+        largest = by_size(names, {l.name: int(np.prod(l.shape)) for l in layers})[0]
+        first = trial({largest: AUTO_LADDER[0]})
+        if judged.risk(0, first.noise) > allowed:
+            # its noise alone exceeds the budget
+            raise judged.noise_error(f"pruning {largest}, the largest layer, by {AUTO_LADDER[0]}", n, first.noise)
+    plan = family[index]
+    note = (f"auto chose {auto_sparsity.describe(plan)} of {len(family)} plans (predicted "
+            f"{auto_sparsity.predicted_bytes(curves, plan)} bytes; {len(trials)} one-shot trials)")
+    return dict(plan), [note, *warnings]
+
+
+def _loss_note(original: bytes, pruned: bytes, x, metric, num_threads: Optional[int]) -> str:
+    keys = [d["key"] for d in TFLiteModel(original).output_details()]
+    reference = runtime.outputs(original, x, keys, num_threads=num_threads)
+    out = runtime.outputs(pruned, x, keys, num_threads=num_threads)
+    losses = metric.losses(out, reference, None) - metric.losses(reference, reference, None)
+    return (f"{metric.spec} against the unpruned model on the validation data: {float(np.mean(losses)):.4g} "
+            f"({metric.unit}; {len(losses)} samples)")
+
+
+def divergence(outputs: dict, reference: dict, y) -> np.ndarray:
+    """Per sample, the KL divergence of the class probabilities from the unpruned model's (summed over
+    the outputs): smooth where top-1 moves by whole samples."""
+    total = 0.0
+    for key, out in outputs.items():
+        p, q = (_probabilities(np.asarray(a, np.float64).reshape(len(a), -1)) for a in (reference[key], out))
+        total = total + np.sum(p * (np.log(p + 1e-12) - np.log(q + 1e-12)), axis=1)
+    return np.asarray(total, np.float64)
+
+
+def _probabilities(scores: np.ndarray) -> np.ndarray:
+    """Rows of class probabilities as they are (a softmax output), or the softmax of logits."""
+    if scores.min() >= 0 and np.allclose(scores.sum(axis=1), 1, atol=1e-3):
+        return scores
+    e = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
