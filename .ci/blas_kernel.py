@@ -8,9 +8,8 @@ another (issue 39). .ci/run runs the tests again under the kernel this prints, s
 fails here rather than on a user's machine. Only kernels this CPU can execute are chosen: Haswell
 needs AVX2 and FMA, Sandybridge AVX, Prescott nothing beyond x86-64's SSE3.
 """
-import threadpoolctl
-
 import numpy  # noqa: F401  (loads the OpenBLAS that threadpoolctl inspects)
+import threadpoolctl
 
 
 def picked() -> str:

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 import pydsz
-from pydsz.model.data import bundled, load_npz
 from pydsz.format.interpreter import make_interpreter
+from pydsz.model.data import bundled, load_npz
 from pydsz.model.runtime import predict
 
 SAMPLES = 1000

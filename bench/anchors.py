@@ -16,8 +16,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
 from pydsz.bench import anchors  # noqa: E402
-from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
 
 
 def main() -> int:

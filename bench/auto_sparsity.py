@@ -41,14 +41,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from machine import machine_info  # noqa: E402
 from results import of_fixed  # noqa: E402
-from pydsz.format import container
+
+from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.compress.demo import run as demo_run  # noqa: E402
+from pydsz.compress.pipeline import compress  # noqa: E402
+from pydsz.compress.prune_compress import compress_pruned  # noqa: E402
+from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
-from pydsz.compress.demo import REFERENCE, TRAIN_SIZE, run as demo_run  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
-from pydsz.compress.pipeline import compress  # noqa: E402
 from pydsz.prune.retraining import prune_model  # noqa: E402
-from pydsz.compress.prune_compress import compress_pruned  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 HELDOUT = Path(os.environ.get("DSZ_HELDOUT_CACHE", Path.home() / ".cache" / "pydsz" / "heldout"))

@@ -32,12 +32,12 @@ import head_to_head  # noqa: E402
 from machine import machine_info  # noqa: E402
 from value_coding import SIDE_BITS, laplace_bits  # noqa: E402
 
-from pydsz.format import codec, container
-from pydsz.budget import metrics
-from pydsz.model import runtime  # noqa: E402
 from pydsz.bench.baselines import lossless  # noqa: E402
-from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.budget import metrics  # noqa: E402
 from pydsz.compress.pipeline import compress  # noqa: E402
+from pydsz.format import codec, container  # noqa: E402
+from pydsz.model import runtime  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "channel_bounds.json"

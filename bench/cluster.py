@@ -26,17 +26,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.abspath(__file__)), "builders")]
 import numpy as np  # noqa: E402
-
 from machine import machine_info  # noqa: E402
-from pydsz.assess import executor
+
+from pydsz.assess import executor  # noqa: E402
+from pydsz.assess.evaluator import Evaluator  # noqa: E402
+from pydsz.assess.ladder import Point  # noqa: E402
+from pydsz.assess.plan import assess  # noqa: E402
 from pydsz.budget import metrics  # noqa: E402
-from pydsz.assess.evaluator import Evaluator
-from pydsz.assess.ladder import Point
-from pydsz.assess.plan import assess
-from pydsz.model.selection import compressible_layers  # noqa: E402
 from pydsz.budget.rule import Budget  # noqa: E402
 from pydsz.model.data import bundled, fashion_mnist, load_data, load_npz, split_validation  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.model.selection import compressible_layers  # noqa: E402
 from pydsz.prune.masks import magnitude_mask  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 

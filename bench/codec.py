@@ -22,9 +22,10 @@ import zstandard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
-from pydsz.format import codec as dsz  # noqa: E402
-from pydsz.bench.baselines import sz3 as sz3_codec  # noqa: E402
 from machine import machine_info  # noqa: E402  (bench/machine.py)
+
+from pydsz.bench.baselines import sz3 as sz3_codec  # noqa: E402
+from pydsz.format import codec as dsz  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 BOUNDS = (1e-3, 5e-3, 1e-2)

@@ -22,12 +22,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from label_free import models  # noqa: E402  (the same four models)
 from machine import machine_info  # noqa: E402
 
-from pydsz.format import container
-from pydsz.compress import pipeline
+from pydsz.compress import pipeline  # noqa: E402
+from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
-
 
 CALIBRATION = 5000  # the first training images: neither the validation split nor the test split
 # (label, compensate, where the Hessians come from)

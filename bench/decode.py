@@ -41,11 +41,11 @@ import zstandard
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from machine import machine_info  # noqa: E402  (bench/machine.py)
 from test_model import build_tflite  # noqa: E402  (the tests' flatbuffer writer: no TensorFlow needed)
 
 import pydsz  # noqa: E402
 from edge_demo.stages import decode_timed  # noqa: E402
-from machine import machine_info  # noqa: E402  (bench/machine.py)
 from pydsz.tables import format_table  # noqa: E402
 
 LAYERS = [("fc6", 4096, 9216, 0.09), ("fc7", 4096, 4096, 0.09), ("fc8", 1000, 4096, 0.25)]

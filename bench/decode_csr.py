@@ -25,6 +25,7 @@ from tqdm import tqdm
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
 from machine import machine_info  # noqa: E402  (bench/machine.py)
+
 from pydsz.format import codec  # noqa: E402
 from pydsz.model.sparse import CSR  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402

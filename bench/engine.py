@@ -43,8 +43,8 @@ sys.path[:0] = [str(ROOT), str(HERE), str(HERE / "builders")]
 import nonclassifier_data as nd  # noqa: E402
 from machine import machine_info  # noqa: E402
 
-from pydsz.format import container
-from pydsz.budget import metrics
+from pydsz.budget import metrics  # noqa: E402
+from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import load_data  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402

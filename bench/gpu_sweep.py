@@ -21,8 +21,9 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
-from pydsz.gpu import device, reference  # noqa: E402
 from machine import machine_info  # noqa: E402  (bench/machine.py)
+
+from pydsz.gpu import device, reference  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 # (name, out, in, pruned share): AlexNet's FC layers and Deep Compression's pruning (ANCHORS.md)

@@ -39,8 +39,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "bench" / "builders")
 import nonclassifier_data as nd  # noqa: E402
 from machine import machine_info  # noqa: E402
 
-from pydsz.bench import headtohead
-from pydsz.budget import metrics
+from pydsz.bench import headtohead  # noqa: E402
+from pydsz.budget import metrics  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import load_data  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402

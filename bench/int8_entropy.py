@@ -24,10 +24,11 @@ from scipy.stats import laplace, norm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from real_models import EXTERNAL, external  # noqa: E402
+
 from pydsz.model.data import bundled  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
-from real_models import EXTERNAL, external  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "int8_entropy.json"
 LEVELS = np.arange(-128, 128)

@@ -21,8 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
-from pydsz.format import container
-from pydsz.compress import pipeline
+from pydsz.compress import pipeline  # noqa: E402
+from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import bundled, load_npz  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402

@@ -52,9 +52,9 @@ def run_step(args: list) -> dict:
 
 
 def evaluate(path: Path, x: np.ndarray, y: np.ndarray, num_threads: int) -> float:
-    from pydsz.model import runtime
     from pydsz.format.container import load
     from pydsz.format.files import read_file
+    from pydsz.model import runtime
 
     data = read_file(path)
     model = load(data).tflite_bytes() if path.suffix == ".dsz" else data

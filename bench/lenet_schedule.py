@@ -64,8 +64,8 @@ def _data(ref_name: str) -> dict:
     from pydsz.model import runtime
     from pydsz.model.data import bundled, fashion_mnist, load_npz
     from pydsz.model.graph import TFLiteModel
-    from pydsz.prune.train import tail_layers
     from pydsz.model.tail import Tail
+    from pydsz.prune.train import tail_layers
 
     data = bundled(REFERENCE[ref_name]["file"]).read_bytes()
     model = TFLiteModel(data)

@@ -33,14 +33,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from pydsz.bench import anchors
-from pydsz.format import container
-from pydsz.prune import oneshot
+from pydsz.bench import anchors  # noqa: E402
+from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.compress.pipeline import compress  # noqa: E402
+from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
-from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
-from pydsz.compress.pipeline import compress  # noqa: E402
+from pydsz.prune import oneshot  # noqa: E402
 from pydsz.prune.masks import density  # noqa: E402
 from pydsz.prune.retraining import prune_model, retrain_masked  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402

@@ -45,13 +45,14 @@ import zstandard
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "bench" / "builders")]
 
-import pydsz  # noqa: E402
-from pydsz.model.data import bundled, load_npz  # noqa: E402
-from pydsz.model.graph import TFLiteModel  # noqa: E402
-from pydsz.format.interpreter import make_interpreter  # noqa: E402
-from pydsz.tables import format_table  # noqa: E402
 from machine import machine_info  # noqa: E402  (bench/machine.py)
 from nonclassifier_data import WHEELS, ensure_wheel  # noqa: E402
+
+import pydsz  # noqa: E402
+from pydsz.format.interpreter import make_interpreter  # noqa: E402
+from pydsz.model.data import bundled, load_npz  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.tables import format_table  # noqa: E402
 
 OURS = ["lenet300_f16.tflite", "lenet5_f16.tflite", "lenet300_int8.tflite", "lenet5_int8.tflite"]
 FLOAT_BOUNDS = (1e-3, 4e-3, "r5e-4", "r2e-3")

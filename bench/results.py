@@ -97,7 +97,7 @@ def section_reference(ref: dict) -> list:
     out = ["## The reference models: DeepSZ's table", ""]
     out += source("python3 bench/reference.py --quiet", "`bench/results/reference.json`",
                   machine(ref["machine"], ref["date"]) + f", {minutes:.0f} minutes")
-    out += [f"Each bundled model is pruned (magnitude, masked retraining on the first 55,000 Fashion-MNIST training",
+    out += ["Each bundled model is pruned (magnitude, masked retraining on the first 55,000 Fashion-MNIST training",
             f"images), then `dsz compress --max-loss {ref['max_loss']}` measured on the validation split (the last",
             "5,000 training images); accuracy is reported on the disjoint 10,000-image test split. The loss is",
             "counted from the unpruned model, so pruning and compression share the budget; the ratio is the FC",
@@ -287,7 +287,7 @@ def section_decode(quiet: dict, latest: dict, before: dict, after: dict) -> list
 def section_csr(csr: dict) -> list:
     out = ["## A pruned layer's stream straight into CSR", ""]
     out += source("python3 bench/decode_csr.py", "`bench/results/decode_csr.json`", machine(csr["machine"]))
-    out += [f"`decode_sparse_csr` (libdsz's `dsz_decodeSparseCSR`) against the dense decode followed by a CSR of it, at",
+    out += ["`decode_sparse_csr` (libdsz's `dsz_decodeSparseCSR`) against the dense decode followed by a CSR of it, at",
             f"bound {csr['bound']:g}, best of {csr['repeat']} timed in alternation; peak: traced allocations while each path",
             "runs once, the stream excluded. Both CSRs are checked equal bit for bit.", ""]
     rows = [[r["layer"], f"{pct(r['density'], 1)}", r["index_codec"], f"{r['ms']['dense']:.0f}", f"{r['ms']['via dense']:.0f}",
@@ -641,7 +641,7 @@ def section_oneshot_lenet(ol: dict) -> list:
                      f"{r['over_dc']:.2f}x" if r["over_dc"] else "-"])
     out += table(["model, pruning", "prune s", "pruned test loss", "pydsz within", "Deep Compression 32", "over DC"], rows)
     a, t = ol["runs"]["lenet5 all layers"], ol["runs"]["lenet5 oneshot timing"]
-    out += [f"LeNet-5 with every layer compressed (FC retrained, conv2 pruned one-shot by half): whole-model weights",
+    out += ["LeNet-5 with every layer compressed (FC retrained, conv2 pruned one-shot by half): whole-model weights",
             f"{a['weight_bytes']:,} B -> {a['compressed_bytes']:,} B ({a['ratio']:.1f}x), test loss {points(a['test_loss'])} points.",
             "One-shot pruning of every LeNet-5 layer by half: " + ", ".join(f"{k} {v:.1f} s" for k, v in t["seconds"].items())
             + f"; {t['hessian']}.", ""]

@@ -27,17 +27,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
+from machine import machine_info  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from machine import machine_info  # noqa: E402
-from pydsz.assess.evaluator import Evaluator
+from pydsz.assess.evaluator import Evaluator  # noqa: E402
 from pydsz.encode.tensor import encode_weight  # noqa: E402
+from pydsz.model import sparse  # noqa: E402
 from pydsz.model.data import bundled, load_npz  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
-from pydsz.prune.masks import magnitude_mask  # noqa: E402
-from pydsz.model import sparse  # noqa: E402
-from pydsz.tables import format_table  # noqa: E402
 from pydsz.model.tail import Step, Tail  # noqa: E402
+from pydsz.prune.masks import magnitude_mask  # noqa: E402
+from pydsz.tables import format_table  # noqa: E402
 
 PRUNED = {"lenet300": {"fc1": 0.92, "fc2": 0.92, "fc3": 0.5}, "lenet5": {"fc1": 0.95, "fc2": 0.7}}
 # FC tails as (out, in, density) per layer: the 10-class models pruned as in the paper

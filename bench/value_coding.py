@@ -35,11 +35,11 @@ import head_to_head  # noqa: E402
 from machine import machine_info  # noqa: E402
 from results import CODERS, coding_totals  # noqa: E402
 
-from pydsz.format import container
-from pydsz.budget import metrics  # noqa: E402
 from pydsz.bench.baselines import lossless  # noqa: E402
-from pydsz.model.graph import TFLiteModel  # noqa: E402
+from pydsz.budget import metrics  # noqa: E402
 from pydsz.compress.pipeline import compress  # noqa: E402
+from pydsz.format import container  # noqa: E402
+from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "value_coding.json"

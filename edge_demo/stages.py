@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pydsz import _core
+from pydsz.errors import FormatError
 from pydsz.format import codec, spans
 from pydsz.format.container import DszModel, tensor_place
-from pydsz.errors import FormatError
 
 
 @dataclass

@@ -6,8 +6,14 @@ encoder side (pip install pydsz[server]), whose entry points here load on first 
 TFLite runtime (pydsz[litert] or pydsz[tflite]).
 """
 from pydsz.errors import DszError, FormatError, InputError
-from pydsz.format.codec import (compress_array, decode_sparse, decode_sparse_csr, decompress_array, encode_sparse,
-                                sparse_info)
+from pydsz.format.codec import (
+    compress_array,
+    decode_sparse,
+    decode_sparse_csr,
+    decompress_array,
+    encode_sparse,
+    sparse_info,
+)
 from pydsz.format.container import DszModel, load
 
 __version__ = "0.1.0"

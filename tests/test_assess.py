@@ -5,18 +5,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz.format import container
-
-from pydsz.encode import pack
-from pydsz.encode.tensor import LOSSLESS_PART, encode_weight
 from pydsz.assess.evaluator import Evaluator, Measure
 from pydsz.assess.ladder import Ladder, Point
-from pydsz.assess.tasks import assess_layer
-from pydsz.model.selection import compressible_layers
-from pydsz.assess.tasks import measure_point
-from pydsz.model.data import bundled, load_npz
+from pydsz.assess.tasks import assess_layer, measure_point
+from pydsz.encode import pack
+from pydsz.encode.tensor import LOSSLESS_PART, encode_weight
 from pydsz.errors import InputError
+from pydsz.format import container
+from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
+from pydsz.model.selection import compressible_layers
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from pydsz.bench import anchors
+from pydsz.errors import InputError
 from pydsz.model import runtime
 from pydsz.model.data import bundled, load_npz
-from pydsz.errors import InputError
 from pydsz.model.graph import TFLiteModel
 from pydsz.prune.masks import magnitude_mask
 

@@ -4,11 +4,11 @@ import json
 
 import numpy as np
 import pytest
+from test_cli import assert_user_error, dsz
 
 from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 from pydsz.prune.masks import density
-from test_cli import assert_user_error, dsz
 
 
 def test_oneshot_prunes_every_layer_without_training_data(tmp_path):

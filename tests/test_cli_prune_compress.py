@@ -3,13 +3,13 @@
 import json
 
 import numpy as np
+from test_cli import assert_user_error, dsz
 
 from pydsz.format import container
 from pydsz.model import runtime
 from pydsz.model.data import bundled, load_npz
-from pydsz.prune.masks import density
 from pydsz.model.graph import TFLiteModel
-from test_cli import assert_user_error, dsz
+from pydsz.prune.masks import density
 
 
 def _data(tmp_path, n, name="val.npz"):

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pydsz.format import codec
 from pydsz.errors import DszError, FormatError
+from pydsz.format import codec
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 RNG = np.random.default_rng(1234)

@@ -4,8 +4,8 @@ and calibration inputs turn it on."""
 import numpy as np
 import pytest
 
-from pydsz.format import codec
 from pydsz.compress import compensation
+from pydsz.format import codec
 from pydsz.model import runtime
 from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel

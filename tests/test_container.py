@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import pydsz
-from pydsz.format import container
 from pydsz.encode import pack
-from pydsz.model.data import bundled, load_npz
 from pydsz.errors import FormatError, InputError
+from pydsz.format import container
+from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 
 MODELS = ["lenet300.tflite", "lenet5.tflite", "lenet300_ool.tflite"]
@@ -171,8 +171,8 @@ def test_reserved_flags_must_be_zero(packed_lenet300):
 
 def test_frozen_fixture_keeps_decoding():
     """A file written by format version 1 must decode to the same model forever."""
-    from pathlib import Path
     import hashlib
+    from pathlib import Path
 
     fixtures = Path(__file__).parent / "fixtures"
     m = pydsz.load(fixtures / "shared-v1.dsz")

@@ -4,10 +4,10 @@ real models (the bundled LeNets and multitask model; MediaPipe's when the cache 
 import numpy as np
 import pytest
 
+from pydsz.assess.evaluator import Evaluator
 from pydsz.model import cut, runtime
 from pydsz.model.chain import Chain
 from pydsz.model.data import bundled, load_npz
-from pydsz.assess.evaluator import Evaluator
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.selection import compressible_layers
 

@@ -8,9 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pydsz.model.data import FASHION_MNIST_DIR, bundled, fashion_mnist, load_images, load_npz, read_idx, split_validation
 from pydsz.errors import InputError
 from pydsz.format.interpreter import interpreter_class
+from pydsz.model.data import (
+    FASHION_MNIST_DIR,
+    bundled,
+    fashion_mnist,
+    load_images,
+    load_npz,
+    read_idx,
+    split_validation,
+)
 
 # these run a TFLite interpreter: CI runs them again under tflite-runtime
 pytestmark = pytest.mark.runtime

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz.format import codec
 from pydsz.errors import DszError, FormatError
+from pydsz.format import codec
 
 DTYPES = [np.float32, np.float16, np.int8, np.uint8]
 

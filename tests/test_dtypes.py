@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pydsz.format import codec
 from pydsz.errors import FormatError
+from pydsz.format import codec
 
 # float16's edges: the largest finite values, the smallest normal and subnormal ones, signed
 # zeros, infinities and NaNs with payloads (as bit patterns)
@@ -308,8 +308,8 @@ def test_int8_model_runs_in_litert_and_keeps_accuracy():
 
 def test_int8_layer_refuses_an_absolute_bound():
     import pydsz
-    from pydsz.model.data import bundled
     from pydsz.errors import InputError
+    from pydsz.model.data import bundled
 
     with pytest.raises(InputError, match="fc1 stores int8 weights: give its bound in quantization steps"):
         pydsz.pack_model(bundled("lenet300_int8.tflite").read_bytes(), {"fc1": 0.01})
@@ -328,8 +328,8 @@ def test_int8_info_shows_steps():
 def test_int8_model_compresses_under_an_accuracy_budget_in_steps():
     """Assessment measures int8 layers at whole steps (0, 1, 2, ...) and the pipeline packs them as such."""
     import pydsz
-    from pydsz.model.data import bundled, load_npz
     from pydsz.compress.pipeline import compress
+    from pydsz.model.data import bundled, load_npz
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     result = compress(bundled("lenet300_int8.tflite").read_bytes(), x[:1000], y[:1000], 0.01)
@@ -366,10 +366,11 @@ def test_tensor_at_an_unaligned_offset_decodes_through_a_copy(dtype):
 def test_pruned_uint8_layer_with_a_zero_point_is_coded_dense():
     """Pruning leaves uint8 weights at their zero point (128), not at 0, the sparse codec's implicit value:
     sparse coding would store every pruned value as a non-zero, so the smaller dense stream is chosen."""
-    import pydsz
     import tflite
-    from pydsz.model.graph import TFLiteModel
     from test_model import build_tflite
+
+    import pydsz
+    from pydsz.model.graph import TFLiteModel
 
     rng = np.random.default_rng(5)
     w = np.where(rng.random((32, 64)) < 0.9, 128, rng.integers(0, 256, (32, 64))).astype(np.uint8)

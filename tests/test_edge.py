@@ -7,15 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_model import build_tflite
 
 import pydsz
 from pydsz import _core
-from pydsz.format import codec, container
 from pydsz.encode import pack
-from pydsz.format.container import TensorEntry
 from pydsz.encode.pack import _serialize
+from pydsz.format import codec, container
+from pydsz.format.container import TensorEntry
 from pydsz.model.data import bundled
-from test_model import build_tflite
 
 ROOT = Path(__file__).resolve().parents[1]
 # edge_demo is not installed: it is copied to devices. Appended, so that an installed pydsz still

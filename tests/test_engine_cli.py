@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from pydsz.compress import pipeline
-from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
+from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 
 

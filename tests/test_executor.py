@@ -15,8 +15,8 @@ import pytest
 from pydsz.assess import executor
 from pydsz.budget import metrics
 from pydsz.compress import pipeline
-from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
+from pydsz.model.data import bundled, load_npz
 
 pytest.importorskip("distributed")
 

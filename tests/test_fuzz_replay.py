@@ -13,11 +13,11 @@ import textwrap
 
 import numpy as np
 import pytest
+from fuzz_load import exercise, with_fixed_crcs
 
 import pydsz
-from fuzz_load import exercise, with_fixed_crcs
-from pydsz.format import container
 from pydsz.encode import pack
+from pydsz.format import container
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FUZZ = ROOT / "libdsz" / "fuzz"

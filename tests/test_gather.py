@@ -7,16 +7,15 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import pydsz
-from pydsz.encode import gather, pack
-from pydsz.format import codec, spans
-from pydsz.model import selection
-from pydsz.encode import constants
-from pydsz.format.container import TensorEntry
-from pydsz.encode.pack import _serialize
-from pydsz.model.data import bundled, load_npz
-from pydsz.errors import FormatError
-from pydsz.model.graph import TFLiteModel
 from pydsz.compress.pipeline import compress
+from pydsz.encode import constants, gather, pack
+from pydsz.encode.pack import _serialize
+from pydsz.errors import FormatError
+from pydsz.format import codec, spans
+from pydsz.format.container import TensorEntry
+from pydsz.model import selection
+from pydsz.model.data import bundled, load_npz
+from pydsz.model.graph import TFLiteModel
 
 LENET5 = bundled("lenet5.tflite").read_bytes()
 LENET5_F16 = bundled("lenet5_f16.tflite").read_bytes()

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from pydsz.bench import headtohead
-from pydsz.model import runtime
 from pydsz.bench.baselines import litert, quantized
-from pydsz.model.data import bundled, load_npz
 from pydsz.errors import InputError
+from pydsz.model import runtime
+from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 
 SAMPLES = 200

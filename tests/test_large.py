@@ -3,12 +3,12 @@ and cached activations memory-mapped from disk (--max-cache-memory) with results
 
 import numpy as np
 import pytest
+from test_cli import dsz
 
+from pydsz.errors import InputError
 from pydsz.model import cache, runtime
 from pydsz.model.data import bundled, load_npz
-from pydsz.errors import InputError
 from pydsz.model.graph import TFLiteModel
-from test_cli import dsz
 
 
 @pytest.fixture

@@ -14,15 +14,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pydsz.format import container
-
-from pydsz.encode import pack
+from pydsz.assess.evaluator import Evaluator
 from pydsz.budget import metrics
 from pydsz.compress import pipeline
-from pydsz.model import runtime
-from pydsz.assess.evaluator import Evaluator
-from pydsz.model.data import bundled, load_npz
+from pydsz.encode import pack
 from pydsz.errors import InputError
+from pydsz.format import container
+from pydsz.model import runtime
+from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_model import build_tflite, f32
 
+from pydsz.compress.compensation import SHARED_SAMPLES, Compensator
+from pydsz.errors import InputError
 from pydsz.format import codec
-from pydsz.prune import gptq, oneshot
 from pydsz.model import runtime
 from pydsz.model.data import bundled, load_npz
-from pydsz.errors import InputError
-from pydsz.compress.compensation import SHARED_SAMPLES, Compensator
 from pydsz.model.graph import Layer, TFLiteModel
+from pydsz.prune import gptq, oneshot
 from pydsz.prune.masks import density, magnitude_mask
-from test_model import build_tflite, f32
 
 DATA = Path(__file__).resolve().parent.parent / "pydsz" / "data"
 
@@ -272,8 +272,8 @@ def test_oneshot_prunes_without_labels(lenet300, calibration):
 
 
 def test_compress_with_compensation_keeps_the_budget_and_the_bound_on_what_it_stores():
-    from pydsz.format import container
     from pydsz.compress import pipeline
+    from pydsz.format import container
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     x, y = x[:1000], y[:1000]
@@ -336,8 +336,8 @@ def test_compensation_from_a_disjoint_calibration_set_lowers_the_error_on_held_o
 
 
 def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data():
-    from pydsz.format import container
     from pydsz.compress import pipeline
+    from pydsz.format import container
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     data = bundled("lenet300.tflite").read_bytes()
@@ -431,7 +431,6 @@ def test_a_model_of_two_inputs_compensates_from_a_calibration_set_of_both():
 
 def test_cli_compensates_from_a_directory_of_images_and_refuses_a_mismatched_set(tmp_path):
     from PIL import Image
-
     from test_cli import assert_user_error, dsz
 
     x, _ = load_npz(bundled("fmnist_val.npz"))

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz.errors import InputError
 from pydsz.budget.knapsack import Option, minimize_loss, minimize_size
+from pydsz.errors import InputError
 
 UNIT = 1 / 5000
 

@@ -5,14 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from pydsz.format import container
-from pydsz.compress import demo, pipeline
-from pydsz.model import runtime
 from pydsz.assess.ladder import Point
-from pydsz.model.data import bundled, load_npz
-from pydsz.errors import InputError
-from pydsz.gpu import device
+from pydsz.compress import demo, pipeline
 from pydsz.compress.report import layer_table, totals_line, write_report
+from pydsz.errors import InputError
+from pydsz.format import container
+from pydsz.gpu import device
+from pydsz.model import runtime
+from pydsz.model.data import bundled, load_npz
 
 
 @pytest.fixture(scope="module")

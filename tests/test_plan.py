@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydsz.compress import pipeline
 from pydsz.assess import plan
-from pydsz.model.data import bundled, load_npz
-from pydsz.errors import InputError
 from pydsz.assess.ladder import GRID, MAX_FITTED, Fitted, Ladder, Point, scale
+from pydsz.compress import pipeline
+from pydsz.errors import InputError
+from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.selection import compressible_layers
 

@@ -7,11 +7,11 @@ import pytest
 import tflite
 from test_model import build_tflite, f32
 
-from pydsz.prune import gptq
+from pydsz.errors import DszError, InputError
 from pydsz.format.interpreter import REPACK_LIMIT, RUNTIMES, interpreter_class, make_interpreter
 from pydsz.model import runtime
-from pydsz.errors import DszError, InputError
 from pydsz.model.graph import TFLiteModel
+from pydsz.prune import gptq
 
 # these run a TFLite interpreter: CI runs them again under tflite-runtime
 pytestmark = pytest.mark.runtime

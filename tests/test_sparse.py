@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pydsz.format import codec
 from pydsz.errors import DszError, FormatError
+from pydsz.format import codec
 
 
 def pruned(rows, cols, density, seed=0, dead_cols=0):

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pydsz import _core
-from pydsz.format import codec
 from pydsz.errors import FormatError, InputError
+from pydsz.format import codec
 from pydsz.model.sparse import CSR
 
 # a bound per dtype: float bounds, whole steps of the integer types

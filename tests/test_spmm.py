@@ -8,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pydsz import _core
-from pydsz.model import runtime, sparse
 from pydsz.assess.evaluator import Evaluator
-from pydsz.encode.tensor import encode_weight
 from pydsz.assess.tasks import measure_point
+from pydsz.encode.tensor import encode_weight
 from pydsz.errors import FormatError, InputError
+from pydsz.model import runtime, sparse
 from pydsz.model.graph import TFLiteModel
-from pydsz.prune.masks import magnitude_mask
 from pydsz.model.tail import Tail
+from pydsz.prune.masks import magnitude_mask
 
 DATA = Path(__file__).parents[1] / "pydsz" / "data"
 

@@ -7,8 +7,8 @@ import pytest
 import tflite
 from test_model import build_tflite, f32
 
-from pydsz.model import runtime
 from pydsz.errors import InputError
+from pydsz.model import runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.tail import Tail
 

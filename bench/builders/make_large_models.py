@@ -262,8 +262,8 @@ def build(spec: Spec, progress: bool = True, num_threads: int = 2) -> Path:
     from pydsz.model import runtime
     from pydsz.model.data import fashion_mnist, split_validation
     from pydsz.model.graph import TFLiteModel
-    from pydsz.prune.train import retrain
     from pydsz.model.tail import Tail
+    from pydsz.prune.train import retrain
 
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"{spec.name}.tflite"

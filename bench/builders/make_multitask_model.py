@@ -31,10 +31,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_reference_models import REPO, SEED, pixel_scaling  # noqa: E402  (sets up TensorFlow and pydsz.model.data)
-
 import tensorflow as tf  # noqa: E402
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402
+from make_reference_models import REPO, SEED, pixel_scaling  # noqa: E402  (sets up TensorFlow and pydsz.model.data)
 
 from pydsz.model.data import fashion_mnist, split_validation  # noqa: E402
 

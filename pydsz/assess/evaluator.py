@@ -20,11 +20,11 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from pydsz.model import cache, cut, runtime
-from pydsz.format import codec
 from pydsz.budget import metrics
 from pydsz.encode.tensor import as_weight, decode, encode
 from pydsz.errors import InputError
+from pydsz.format import codec
+from pydsz.model import cache, cut, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.sparse import CSR
 

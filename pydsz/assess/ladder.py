@@ -21,8 +21,8 @@ from typing import Optional
 
 import numpy as np
 
-from pydsz.format import codec
 from pydsz.encode.tensor import lossless_parts
+from pydsz.format import codec
 
 # Ladder: bounds scale * 2**k from k = START_STEP on, factor 2, never beyond twice the layer's
 # largest magnitude (past that every value is reconstructed as zero and nothing changes any more);

@@ -28,13 +28,13 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from pydsz.format import codec
-from pydsz.model import cut
 from pydsz.assess import tasks
-from pydsz.encode.tensor import encode
 from pydsz.assess.evaluator import Evaluator
 from pydsz.assess.ladder import EXPONENTS, Fitted, Ladder, Point, scale, top
 from pydsz.assess.tasks import group_bounds, measure_task
+from pydsz.encode.tensor import encode
+from pydsz.format import codec
+from pydsz.model import cut
 
 KAPPA = 0.1
 SHARE = 0.02

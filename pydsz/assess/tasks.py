@@ -7,11 +7,11 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from pydsz.encode.pack import lossless_size
-from pydsz.format import codec
-from pydsz.encode.tensor import encode, encode_weight, lossless_parts, matrix
 from pydsz.assess.evaluator import Evaluator
 from pydsz.assess.ladder import Ladder, Point, scale, top
+from pydsz.encode.pack import lossless_size
+from pydsz.encode.tensor import encode, encode_weight, lossless_parts, matrix
+from pydsz.format import codec
 
 
 def measure_point(evaluator: Evaluator, name: str, bound: float, part: int = 0, weight: Optional[np.ndarray] = None,

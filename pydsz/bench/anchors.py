@@ -30,19 +30,17 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from pydsz.format import container
-
-from pydsz.format import files
-from pydsz.budget import metrics
-from pydsz.model import runtime
 from pydsz.assess.evaluator import Evaluator
-from pydsz.model.selection import compressible_layers
 from pydsz.bench.baselines import deep_compression, deepsz, lossless, quantized, sz3
-from pydsz.errors import InputError
-from pydsz.model.graph import TFLiteModel
+from pydsz.budget import metrics
 from pydsz.budget.rule import Budget
-from pydsz.context import Run
 from pydsz.compress.pipeline import compress
+from pydsz.context import Run
+from pydsz.errors import InputError
+from pydsz.format import container, files
+from pydsz.model import runtime
+from pydsz.model.graph import TFLiteModel
+from pydsz.model.selection import compressible_layers
 from pydsz.tables import format_table
 
 OURS, DEEPSZ, DC, INT, FLOAT16, LOSSLESS = ("pydsz", "DeepSZ", "Deep Compression", "int per-channel",

@@ -31,16 +31,14 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from pydsz.format import container
-
-from pydsz.format import files
-from pydsz.budget import metrics
-from pydsz.model import runtime
-from pydsz.model.selection import compressible_layers
-from pydsz.bench.baselines import litert, lossless, quantized
 from pydsz.bench.anchors import Judge, budgets_for
+from pydsz.bench.baselines import litert, lossless, quantized
+from pydsz.budget import metrics
 from pydsz.errors import InputError
+from pydsz.format import container, files
+from pydsz.model import runtime
 from pydsz.model.graph import INTEGER_TYPES, TFLiteModel
+from pydsz.model.selection import compressible_layers
 from pydsz.tables import format_table
 
 OURS, COMPENSATED, PRUNED = "pydsz", "pydsz compensated", "pydsz pruned+compensated"

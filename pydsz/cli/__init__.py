@@ -12,9 +12,9 @@ import contextlib
 import os
 import sys
 
-from pydsz.errors import DszError
 from pydsz.cli import benchmark, compression, model_files
 from pydsz.cli.options import default_threads
+from pydsz.errors import DszError
 
 
 def build_parser() -> argparse.ArgumentParser:

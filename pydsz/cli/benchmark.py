@@ -9,8 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 
+from pydsz.cli.options import (
+    THREADS_HELP,
+    add_device_argument,
+    add_retraining_arguments,
+    load_tflite,
+    metrics_names,
+    resolve_device,
+    sparsity,
+)
 from pydsz.errors import InputError
-from pydsz.cli.options import THREADS_HELP, add_device_argument, add_retraining_arguments, load_tflite, metrics_names, resolve_device, sparsity
 
 
 def _budgets(text: str):
@@ -53,8 +61,9 @@ def _whole_model(args, model: bytes) -> None:
     if args.report:
         directory = os.path.join(args.report, "")
         os.makedirs(directory, exist_ok=True)
-        from pydsz.format.files import write_atomic
         import json
+
+        from pydsz.format.files import write_atomic
 
         write_atomic(directory + "bench.json", json.dumps(info, indent=1).encode())
         headtohead.plot([info], directory + "bench.png")

@@ -3,8 +3,24 @@ from __future__ import annotations
 
 import os
 
+from pydsz.cli.options import (
+    add_cache_argument,
+    add_data_arguments,
+    add_device_argument,
+    add_layer_arguments,
+    add_metric_arguments,
+    add_output_arguments,
+    add_retraining_arguments,
+    data_for,
+    load_tflite,
+    metrics_names,
+    peak_memory,
+    print_device,
+    print_result,
+    resolve_device,
+    sparsity,
+)
 from pydsz.errors import InputError
-from pydsz.cli.options import add_cache_argument, add_data_arguments, add_device_argument, add_layer_arguments, add_metric_arguments, add_output_arguments, add_retraining_arguments, data_for, load_tflite, metrics_names, peak_memory, print_device, print_result, resolve_device, sparsity
 
 
 def _calibration(args, model_bytes: bytes):
@@ -22,12 +38,13 @@ def _calibration(args, model_bytes: bytes):
 
 
 def cmd_compress(args) -> None:
-    from pydsz.model import cache
+    from pydsz.assess.executor import Local
+    from pydsz.assess.executor import make as make_executor
     from pydsz.compress import footprint
-    from pydsz.format.files import write_atomic
-    from pydsz.assess.executor import Local, make as make_executor
     from pydsz.compress.pipeline import compress
     from pydsz.compress.report import write_report
+    from pydsz.format.files import write_atomic
+    from pydsz.model import cache
 
     process = footprint.process()
     cache.set_limit(args.max_cache_memory)
@@ -77,8 +94,8 @@ def cmd_compress(args) -> None:
 def _compress_pruned(args, model: bytes, x, y, device: str, executor):
     """dsz compress --prune auto: prune (retraining with --train, else one-shot) and compress under the one
     --max-loss (pydsz.compress.prune_compress)."""
-    from pydsz.model.data import load_npz
     from pydsz.compress.prune_compress import compress_pruned
+    from pydsz.model.data import load_npz
 
     if args.target_ratio is not None:
         raise InputError("--prune auto splits --max-loss between pruning and bounds; --target-ratio has no loss "
@@ -113,9 +130,9 @@ def _prune_sparsity(text: str):
 
 
 def cmd_prune(args) -> None:
-    from pydsz.model import cache
     from pydsz.compress import footprint
     from pydsz.format.files import write_atomic
+    from pydsz.model import cache
     from pydsz.model.data import load_npz
     from pydsz.prune.gptq import hessian_note
     from pydsz.prune.oneshot import prune_model as prune_oneshot
@@ -179,8 +196,8 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, 
     float64 copy it is summed in."""
     from pydsz.model import runtime
     from pydsz.model.data import check_outputs
-    from pydsz.prune.gptq import hessian_bytes, selectable
     from pydsz.model.graph import TFLiteModel
+    from pydsz.prune.gptq import hessian_bytes, selectable
 
     parsed = TFLiteModel(model)
     val = runtime.fit_inputs(parsed.input_details(), val, finite=False)
@@ -204,9 +221,9 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, 
 
 
 def cmd_demo(args) -> None:
-    from pydsz.format.files import write_atomic
     from pydsz.compress.demo import REFERENCE, run, table
     from pydsz.compress.report import layer_table, write_report
+    from pydsz.format.files import write_atomic
 
     device = resolve_device(args)
     if not args.quiet:

@@ -1,8 +1,16 @@
 """The commands on model files: pack (bounds given), decompress, info, eval."""
 from __future__ import annotations
 
+from pydsz.cli.options import (
+    THREADS_HELP,
+    add_data_arguments,
+    add_metric_arguments,
+    bounds,
+    data_for,
+    load_tflite,
+    print_json,
+)
 from pydsz.errors import InputError
-from pydsz.cli.options import THREADS_HELP, add_data_arguments, add_metric_arguments, bounds, data_for, load_tflite, print_json
 
 
 def _print_info(info: dict) -> None:
@@ -24,8 +32,8 @@ def _print_info(info: dict) -> None:
 
 
 def cmd_pack(args) -> None:
-    from pydsz.format.container import DszModel
     from pydsz.encode.pack import kept_lossless, pack_model
+    from pydsz.format.container import DszModel
     from pydsz.format.files import read_file, write_atomic
 
     model = read_file(args.model)

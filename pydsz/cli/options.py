@@ -100,8 +100,8 @@ def print_device(result, quiet: bool) -> None:
 def peak_memory(process: dict, model_bytes: int, memory: dict, extra: Optional[dict] = None) -> str:
     """This process's peak resident memory so far beside what it is meant to stay within
     (pydsz.compress.footprint): `memory` is Evaluator.footprint()'s parts, `extra` any further ones."""
-    from pydsz.model import cache
     from pydsz.compress import footprint
+    from pydsz.model import cache
 
     parts = footprint.interpreter_path(process, model=model_bytes, cached=cache.peak(), **memory)
     return footprint.line({**parts, **(extra or {})})

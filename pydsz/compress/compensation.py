@@ -14,10 +14,21 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from pydsz.model import runtime
 from pydsz.errors import InputError
-from pydsz.prune.gptq import DAMP, MAX_HESSIAN_BYTES, Sequential, check_memory, grid, inverse_factor, layer_matrix, rank_deficient, rank_warnings, solve
+from pydsz.model import runtime
 from pydsz.model.graph import TFLiteModel
+from pydsz.prune.gptq import (
+    DAMP,
+    MAX_HESSIAN_BYTES,
+    Sequential,
+    check_memory,
+    grid,
+    inverse_factor,
+    layer_matrix,
+    rank_deficient,
+    rank_warnings,
+    solve,
+)
 
 # libdsz's largest quantization index at its default radius: |x / step| beyond it is stored verbatim
 QMAX = 32767.0

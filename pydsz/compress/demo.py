@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import time
 
+from pydsz.compress.pipeline import compress
+from pydsz.errors import InputError
 from pydsz.format import container
 from pydsz.model import runtime
 from pydsz.model.data import bundled, fashion_mnist, load_npz
-from pydsz.errors import InputError
-from pydsz.compress.pipeline import compress
 from pydsz.prune.retraining import prune_model
 from pydsz.tables import format_table
 

@@ -27,9 +27,9 @@ def process() -> dict:
     bundled 20 KB model is made here), and apart from it the codec's working memory, which comes on
     top of whatever else is held while a stream is encoded (lzma -9 and zstd -22 try every index
     section of up to 1 MiB: about 70 MiB for a moment). Zeros where memory cannot be read."""
+    from pydsz.compress import pipeline  # noqa: F401  (what compress imports)
     from pydsz.format import codec
     from pydsz.format.interpreter import make_interpreter
-    from pydsz.compress import pipeline  # noqa: F401  (what compress imports)
     from pydsz.model import runtime  # noqa: F401  (what compress and prune import)
     from pydsz.model.data import bundled
 

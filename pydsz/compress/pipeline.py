@@ -19,21 +19,20 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
-from pydsz.compress import compensation
-from pydsz.encode import constants
-from pydsz.format import container
-from pydsz.encode import pack
-from pydsz.budget import metrics
 from pydsz.assess import plan
-from pydsz.model import runtime, selection
 from pydsz.assess.evaluator import Evaluator
-from pydsz.assess.ladder import Point
-from pydsz.model.selection import compressible_layers
-from pydsz.budget.rule import Budget, risk
 from pydsz.assess.executor import Local
-from pydsz.errors import InputError
-from pydsz.model.graph import INTEGER_TYPES, TFLiteModel
+from pydsz.assess.ladder import Point
+from pydsz.budget import metrics
 from pydsz.budget.knapsack import Option, Plan, loss_unit, minimize_loss, minimize_size
+from pydsz.budget.rule import Budget, risk
+from pydsz.compress import compensation
+from pydsz.encode import constants, pack
+from pydsz.errors import InputError
+from pydsz.format import container
+from pydsz.model import runtime, selection
+from pydsz.model.graph import INTEGER_TYPES, TFLiteModel
+from pydsz.model.selection import compressible_layers
 
 
 @dataclass

@@ -14,15 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from pydsz.budget import metrics
-from pydsz.prune import oneshot, retraining
 from pydsz.assess.evaluator import Evaluator
-from pydsz.model.selection import compressible_layers
-from pydsz.model.selection import KINDS, MIN_LAYER_BYTES
+from pydsz.budget import metrics
 from pydsz.budget.rule import Budget
+from pydsz.compress.pipeline import Result, compress
 from pydsz.errors import InputError
 from pydsz.model.graph import TFLiteModel
-from pydsz.compress.pipeline import Result, compress
+from pydsz.model.selection import KINDS, MIN_LAYER_BYTES, compressible_layers
+from pydsz.prune import oneshot, retraining
 
 # Shares of the budget pruning may spend, tried in turn (one-shot) ...
 SHARES = (0.5, 0.75)

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from pydsz.format.files import write_atomic
 from pydsz.compress.pipeline import Result, expected_losses
+from pydsz.format.files import write_atomic
 from pydsz.tables import format_table
 
 

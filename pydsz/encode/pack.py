@@ -10,11 +10,10 @@ from typing import Mapping, Union
 import numpy as np
 import zstandard
 
-from pydsz.errors import InputError
 from pydsz.encode import gather
+from pydsz.errors import InputError
 from pydsz.format import codec
-from pydsz.format.container import (CRC, DTYPES, ENTRY, HEADER, MAGIC, REPRESENTATIONS, DszModel, TensorEntry,
-                                    crc)
+from pydsz.format.container import CRC, DTYPES, ENTRY, HEADER, MAGIC, REPRESENTATIONS, DszModel, TensorEntry, crc
 from pydsz.format.files import read_file, write_atomic
 from pydsz.format.spans import spans_bytes
 from pydsz.model.selection import KINDS

@@ -18,8 +18,8 @@ from typing import Optional
 import numpy as np
 
 from pydsz import _core
-from pydsz.format import codec
 from pydsz.errors import InputError
+from pydsz.format import codec
 
 __all__ = ["CSR", "DENSITY_THRESHOLD", "MIN_ROWS", "matmul", "pays", "threads"]
 

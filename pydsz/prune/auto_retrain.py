@@ -21,8 +21,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from pydsz.prune import auto_sparsity
 from pydsz.budget.rule import Budget
+from pydsz.prune import auto_sparsity
 from pydsz.prune.gptq import DAMP, MAX_HESSIAN_BYTES, inverse_factor, sweep
 from pydsz.prune.masks import AUTO_LADDER, by_size, masks_for
 from pydsz.prune.train import ACTIVATIONS, Dense, _softmax, logits, retrain

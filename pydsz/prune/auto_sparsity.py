@@ -18,9 +18,9 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from pydsz.budget.knapsack import Option, minimize_size
 from pydsz.format import codec
 from pydsz.prune.masks import AUTO_LADDER, magnitude_mask
-from pydsz.budget.knapsack import Option, minimize_size
 
 # The size model's bound, as a share of the standard deviation of the layer's unpruned weights: about
 # where compress's bounds land on pruned layers (bench/results/reference.json: 0.15-0.2 of it on the

@@ -20,8 +20,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from pydsz.model import runtime
 from pydsz.errors import InputError
+from pydsz.model import runtime
 from pydsz.model.graph import Layer, TFLiteModel
 
 DAMP = 0.01  # share of H's mean diagonal added to it: keeps the inverse stable (SparseGPT's default)

@@ -13,14 +13,14 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from pydsz.budget import metrics
-from pydsz.model import runtime
-from pydsz.prune import auto_sparsity
 from pydsz.budget.rule import Budget
 from pydsz.context import Run
 from pydsz.errors import InputError
+from pydsz.model import runtime
+from pydsz.model.graph import TFLiteModel
+from pydsz.prune import auto_sparsity
 from pydsz.prune.gptq import DAMP, MAX_HESSIAN_BYTES, Sequential, check_memory, inverse_factor, selectable, solve
 from pydsz.prune.masks import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, by_size, density, sparsity_targets
-from pydsz.model.graph import TFLiteModel
 from pydsz.prune.retraining import PruneResult
 
 

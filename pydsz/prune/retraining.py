@@ -16,14 +16,14 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from pydsz.prune import auto_retrain, auto_sparsity
 from pydsz.budget import metrics
-from pydsz.model import runtime
 from pydsz.budget.rule import Budget, risk
 from pydsz.errors import InputError
-from pydsz.prune.masks import ALREADY_SPARSE, AUTO_MARGIN, Sparsity, density, masks_for, sparsity_targets
+from pydsz.model import runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.tail import Tail
+from pydsz.prune import auto_retrain, auto_sparsity
+from pydsz.prune.masks import ALREADY_SPARSE, AUTO_MARGIN, Sparsity, density, masks_for, sparsity_targets
 from pydsz.prune.train import MIN_TRAIN_SAMPLES, Dense, logits, retrain, tail_layers
 
 

@@ -14,8 +14,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from pydsz.prune import masks as policy
 from pydsz.errors import InputError
+from pydsz.prune import masks as policy
 
 # Fewer training samples than this cannot retrain anything worth keeping.
 MIN_TRAIN_SAMPLES = 100

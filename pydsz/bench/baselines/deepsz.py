@@ -24,8 +24,8 @@ import numpy as np
 from pydsz.assess.evaluator import Evaluator
 from pydsz.assess.ladder import Point
 from pydsz.bench.baselines import lossless, pack_shape, positions_of, relative_index, sz3, unpack_shape
-from pydsz.errors import FormatError
 from pydsz.budget.knapsack import Option, loss_unit, minimize_size
+from pydsz.errors import FormatError
 
 GRID = tuple(k * 1e-3 for k in range(1, 10))
 INDEX_BITS = 8

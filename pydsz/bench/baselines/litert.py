@@ -64,7 +64,8 @@ def quantize(tflite: bytes, recipe: str) -> Outcome:
     missing = available()
     if missing:
         return Outcome(recipe, None, 0, layers, missing)
-    from litert_quantizer import quantizer, recipe as recipes
+    from litert_quantizer import quantizer
+    from litert_quantizer import recipe as recipes
 
     if not hasattr(recipes, recipe):
         return Outcome(recipe, None, 0, layers, f"litert-quantizer has no recipe {recipe}")
