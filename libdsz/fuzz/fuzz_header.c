@@ -1,5 +1,6 @@
-/* Fuzz target: the frame header parser (dsz_getFrameInfo) on untrusted bytes. A header that
- * parses must be self-consistent (shape product, counts, section sizes within their bounds),
+/* Fuzz target: the frame header parsers (dsz_getFrameInfo, dsz_getFrameElementCount) on untrusted
+ * bytes. The element count is the parsed header's, or DSZ_ELEMENTCOUNT_ERROR exactly where the
+ * header does not parse. A header that parses must be self-consistent (shape product, counts, section sizes within their bounds),
  * must be written back byte for byte by dsz_writeFrameHeader, and must need all of its bytes:
  * one byte fewer is exactly DSZ_error_srcSize_wrong. (The .dsz model container around the
  * frames is parsed in Python: tests/fuzz_load.py.) */
@@ -60,7 +61,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* src, size_t size)
     dsz_frameInfo info, again;
     uint8_t out[48 + 8 * DSZ_MAX_NDIM];
     size_t const hs = dsz_getFrameInfo(&info, src, size);
+    unsigned long long const count = dsz_getFrameElementCount(src, size);
     FUZZ_CHECK(dsz_getErrorName(hs) != NULL, "unnamed result");
+    FUZZ_CHECK(count == (dsz_isError(hs) ? DSZ_ELEMENTCOUNT_ERROR : info.nElements), "element count %llu", count);
     if (dsz_isError(hs)) return 0;
     FUZZ_CHECK(hs <= size && hs <= sizeof(out), "header of %zu bytes from %zu", hs, size);
     check_info(&info, hs);

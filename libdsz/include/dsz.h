@@ -221,6 +221,19 @@ DSZ_API size_t dsz_decompress(float* dst,          /* output buffer */
                               const void* src,     /* frame bytes */
                               size_t srcSize);     /* exact frame size */
 
+/* ---- frames ---- */
+
+/* what dsz_getFrameElementCount() returns for bytes that are not a valid frame header */
+#define DSZ_ELEMENTCOUNT_ERROR (0ULL - 1)
+
+/* The number of values a frame decodes to (the product of its shape; a sparse matrix's dense
+ * size), read from its header alone, as zstd's ZSTD_getFrameContentSize(): enough to size the
+ * output of dsz_decompress() before decoding. The header is checked as the decoders check it;
+ * the sections are not read. Returns the count (at most DSZ_MAX_ELEMENTS), or
+ * DSZ_ELEMENTCOUNT_ERROR where src does not start with a valid frame header. */
+DSZ_API unsigned long long dsz_getFrameElementCount(const void* src,  /* frame bytes */
+                                                    size_t srcSize);  /* at least the header */
+
 /* ---- other stored dtypes (float16, int8, uint8) ----
  * The same codecs on values of another type: every decoded value is within errorBound of the
  * original after the rounding to the type (the encoder checks each one as it is rounded and

@@ -372,7 +372,19 @@ struct dsz_params_s {
 /* whether an encoder can take the parameters (not NULL, the error bound set); returns 0 or an error */
 size_t dszi_checkParams(const dsz_params* p);
 
-/* sparse.c: worst-case index section size */
+/* index.c: the index section of a sparse frame. Its worst-case size (an error for an unknown codec) */
 size_t dszi_index_bound(unsigned codec, uint64_t nElements, uint64_t nnz);
+/* the non-zeros of w[0..n) */
+size_t dszi_count_nonzeros(const float* w, size_t n);
+/* the positions of w's nnz non-zeros coded by `codec`; returns bytes or an error */
+size_t dszi_index_encode(uint8_t* dst, size_t cap, const float* w, size_t rows, size_t cols, size_t nnz,
+                         unsigned codec);
+/* up to m positions (< n) from gap bytes, from byte *i on (both advanced); returns how many, or
+ * (size_t)-1 on corrupt input */
+size_t dszi_index_gap8_positions(const uint8_t* index, size_t size, size_t* i, uint64_t* prev1, uint64_t n,
+                                 size_t* pos, size_t m);
+/* exactly m positions (< n) from Huffman-coded gaps; returns 0, or -1 on corrupt input */
+int dszi_index_huff_positions(const dszi_hufDec* h, dszi_bitReader* br, uint64_t* prev1, uint64_t n, size_t* pos,
+                              size_t m);
 
 #endif /* DSZI_COMMON_H */

@@ -158,3 +158,10 @@ size_t dsz_writeFrameHeader(void* dstv, size_t cap, const dsz_frameInfo* f)
     }
     return hs;
 }
+
+unsigned long long dsz_getFrameElementCount(const void* src, size_t srcSize)
+{
+    dsz_frameInfo f;
+    if (!src || dsz_isError(dsz_getFrameInfo(&f, src, srcSize))) return DSZ_ELEMENTCOUNT_ERROR;
+    return f.nElements;
+}

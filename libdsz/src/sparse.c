@@ -1,29 +1,12 @@
-/* Sparse matrices: the non-zeros' values as a data section, their positions as an index
- * section, and two one-pass decoders over one reader of both sections: the fused one that
- * scatters into a zero-filled dense matrix, and the one that writes CSR arrays.
- *
- * Index symbols (both codecs): the gap d = position - previous position (the first gap
- * counts from -1) in 1..255; the symbol 0 is a filler that advances by 255 without
- * consuming a value. DSZ_INDEX_GAP8 stores the symbols as bytes (to be wrapped by a
- * lossless codec), DSZ_INDEX_HUFFGAP Huffman-codes them:
- * Huffman table (256 symbols) | bitBytes u64 | bitstream. */
+/* Sparse frames: the non-zeros' values as a data section (databody.c), their positions as an
+ * index section (index.c, bitmap.c), and two one-pass decoders over one reader of both
+ * sections: the fused one that scatters into a zero-filled dense matrix, and the one that
+ * writes CSR arrays. */
 #include <stdlib.h>
 
 #include "common.h"
 
 #define SPARSE_HEADER 88
-#define GAP_TABLE_MAX (10 + 128)
-
-size_t dszi_index_bound(unsigned codec, uint64_t nElements, uint64_t nnz)
-{
-    uint64_t const syms = nnz + nElements / 255 + 1;
-    if (nElements > DSZ_MAX_ELEMENTS || nnz > nElements) return DSZI_ERROR(parameter_outOfBound);
-    if (codec == DSZ_INDEX_GAP8) return (size_t)syms;
-    if (codec == DSZ_INDEX_HUFFGAP) return (size_t)(GAP_TABLE_MAX + 8 + (syms * DSZI_HUF_MAXLEN + 7) / 8);
-    /* an adaptive probability never drops below 31/2048: at most ~6.1 bits per bit */
-    if (codec == DSZ_INDEX_BITMAP) return (size_t)(nElements + 16);
-    return DSZI_ERROR(parameter_unsupported);
-}
 
 size_t dsz_sparseBound(size_t rows, size_t cols, size_t nnz, unsigned radius)
 {
@@ -37,81 +20,6 @@ size_t dsz_sparseBound(size_t rows, size_t cols, size_t nnz, unsigned radius)
     return SPARSE_HEADER + db + ib;
 }
 
-/* gap symbols of the non-zeros of w[0..n) into g (capacity dszi_index_bound GAP8); returns count */
-static size_t gap_symbols(const float* w, size_t n, uint8_t* g)
-{
-    size_t i, k = 0, prev1 = 0; /* prev1 = previous position + 1 */
-    for (i = 0; i < n; i++) {
-        if (w[i] == 0.0f) continue;
-        {
-            size_t d = i + 1 - prev1; /* gap from the previous position */
-            while (d > 255) { g[k++] = 0; d -= 255; }
-            g[k++] = (uint8_t)d;
-            prev1 = i + 1;
-        }
-    }
-    return k;
-}
-
-static size_t encode_index(uint8_t* dst, size_t cap, const float* w, size_t rows, size_t cols, size_t nnz,
-                           unsigned codec)
-{
-    size_t const n = rows * cols;
-    size_t const gcap = dszi_index_bound(DSZ_INDEX_GAP8, n, nnz);
-    uint8_t* g;
-    size_t k, ret, i;
-    if (dsz_isError(gcap)) return gcap;
-    if (codec == DSZ_INDEX_BITMAP) return dszi_bitmap_encode(dst, cap, w, rows, cols);
-    if (codec != DSZ_INDEX_GAP8 && codec != DSZ_INDEX_HUFFGAP) return DSZI_ERROR(parameter_unsupported);
-    g = (uint8_t*)malloc(gcap);
-    if (!g) return DSZI_ERROR(memory_allocation);
-    k = gap_symbols(w, n, g);
-    if (codec == DSZ_INDEX_GAP8) {
-        if (cap < k) ret = DSZI_ERROR(dstSize_tooSmall);
-        else { if (k) memcpy(dst, g, k); ret = k; }
-    } else {
-        uint64_t hist[256] = {0};
-        dszi_hufEnc h = {NULL, NULL, 0};
-        dszi_bitWriter bw;
-        for (i = 0; i < k; i++) hist[g[i]]++;
-        ret = dszi_huf_build(&h, hist, 256);
-        if (!dsz_isError(ret)) ret = dszi_huf_writeTable(&h, dst, cap);
-        if (!dsz_isError(ret)) {
-            size_t const pos = ret;
-            if (cap - pos < 8) ret = DSZI_ERROR(dstSize_tooSmall);
-            else {
-                dszi_bw_init(&bw, dst + pos + 8, cap - pos - 8);
-                for (i = 0; i < k; i++) dszi_bw_put(&bw, h.code[g[i]], h.len[g[i]]);
-                dszi_bw_flush(&bw);
-                if (bw.overflow) ret = DSZI_ERROR(dstSize_tooSmall);
-                else {
-                    dszi_wr64(dst + pos, (uint64_t)(bw.p - (dst + pos + 8)));
-                    ret = (size_t)(bw.p - dst);
-                }
-            }
-        }
-        dszi_huf_freeEnc(&h);
-    }
-    free(g);
-    return ret;
-}
-
-static size_t count_nonzeros(const float* w, size_t n)
-{
-    size_t i, c = 0;
-    for (i = 0; i < n; i++) c += w[i] != 0.0f;
-    return c;
-}
-
-size_t dsz_encodeSparseIndex(void* dst, size_t cap, const float* w, size_t rows, size_t cols, unsigned codec)
-{
-    size_t n;
-    if (!dszi_matrix_fits(rows, cols)) return DSZI_ERROR(parameter_outOfBound);
-    n = rows * cols;
-    if (n && !w) return DSZI_ERROR(parameter_unsupported);
-    return encode_index((uint8_t*)dst, cap, w, rows, cols, count_nonzeros(w, n), codec);
-}
-
 /* w: the matrix as floats (float32, or values of dtype converted by the caller) */
 static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned dtype, size_t rows, size_t cols,
                             const dsz_params* p, unsigned codec)
@@ -123,7 +31,7 @@ static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned d
     size_t nnz, i, k, ds, is;
     float* vals;
     if (cap < SPARSE_HEADER) return DSZI_ERROR(dstSize_tooSmall);
-    nnz = count_nonzeros(w, n);
+    nnz = dszi_count_nonzeros(w, n);
     vals = (float*)malloc(sizeof(float) * (nnz ? nnz : 1));
     if (!vals) return DSZI_ERROR(memory_allocation);
     for (i = 0, k = 0; i < n; i++)
@@ -133,7 +41,7 @@ static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned d
     ds = dszi_data_encode(dst + SPARSE_HEADER, cap - SPARSE_HEADER, vals, nnz, &q, &pred);
     free(vals);
     if (dsz_isError(ds)) return ds;
-    is = encode_index(dst + SPARSE_HEADER + ds, cap - SPARSE_HEADER - ds, w, rows, cols, nnz, codec);
+    is = dszi_index_encode(dst + SPARSE_HEADER + ds, cap - SPARSE_HEADER - ds, w, rows, cols, nnz, codec);
     if (dsz_isError(is)) return is;
     memset(&f, 0, sizeof(f));
     f.kind = DSZ_KIND_SPARSE;
@@ -183,55 +91,6 @@ size_t dsz_encodeSparseTyped(void* dst, size_t cap, const void* w, unsigned dtyp
 }
 
 #define BATCH 256
-
-/* up to m positions from gap bytes; returns how many, or (size_t)-1 on corrupt input */
-static size_t positions_gap8(const uint8_t* index, size_t size, size_t* i, uint64_t* prev1, uint64_t n,
-                             size_t* pos, size_t m)
-{
-    size_t j = 0, k = *i;
-    uint64_t p1 = *prev1;
-    while (j < m && k < size) {
-        uint32_t const g = index[k++];
-        if (g == 0) {
-            p1 += 255;
-            if (p1 > n) return (size_t)-1;
-        } else {
-            uint64_t const p = p1 + g - 1;
-            if (p >= n) return (size_t)-1;
-            pos[j++] = (size_t)p;
-            p1 = p + 1;
-        }
-    }
-    *i = k;
-    *prev1 = p1;
-    return j;
-}
-
-/* exactly m positions from Huffman-coded gaps; returns 0 or -1 */
-static int positions_huff(const dszi_hufDec* h, dszi_bitReader* br, uint64_t* prev1, uint64_t n, size_t* pos, size_t m)
-{
-    size_t j = 0;
-    uint64_t p1 = *prev1;
-    while (j < m) {
-        int t;
-        dszi_br_refill(br);
-        if (br->pad > 16) return -1;
-        for (t = 0; t < 3 && j < m; t++) {
-            uint32_t const g = dszi_huf_decode(h, br);
-            if (g == 0) {
-                p1 += 255;
-                if (p1 > n) return -1;
-            } else {
-                uint64_t const p = p1 + g - 1;
-                if (g == UINT32_MAX || p >= n) return -1;
-                pos[j++] = (size_t)p;
-                p1 = p + 1;
-            }
-        }
-    }
-    *prev1 = p1;
-    return 0;
-}
 
 /* a symbol from a reader refilled to >= DSZI_HUF_MAXLEN bits, UINT32_MAX for an invalid code; the
  * reader is the caller's local, copied around the call of the slow path so that it stays in registers */
@@ -405,9 +264,9 @@ DSZI_INLINE int sparse_next(sparse_reader* s, size_t* pos, float* val, size_t m)
 {
     uint64_t const n = s->f->nElements;
     if (s->f->indexCodec == DSZ_INDEX_GAP8) {
-        if (positions_gap8(s->index, s->indexSize, &s->at, &s->prev1, n, pos, m) != m) return -1;
+        if (dszi_index_gap8_positions(s->index, s->indexSize, &s->at, &s->prev1, n, pos, m) != m) return -1;
     } else if (s->f->indexCodec == DSZ_INDEX_HUFFGAP) {
-        if (positions_huff(&s->h, &s->br, &s->prev1, n, pos, m)) return -1;
+        if (dszi_index_huff_positions(&s->h, &s->br, &s->prev1, n, pos, m)) return -1;
     } else if (dszi_bitmap_positions(&s->bm, n, pos, m) != m) {
         return -1;
     }

@@ -237,7 +237,11 @@ static void test_header(void)
     hs = dsz_getFrameInfo(&f, buf, cs);
     CHECK(hs == 64 && f.kind == DSZ_KIND_ARRAY && f.nElements == 6 && f.shape[1] == 3);
     CHECK(f.errorBound == 1e-3 && f.dataRawSize == cs - hs);
+    CHECK(dsz_getFrameElementCount(buf, cs) == 6 && dsz_getFrameElementCount(buf, hs) == 6);
+    CHECK(dsz_getFrameElementCount(buf, hs - 1) == DSZ_ELEMENTCOUNT_ERROR);
+    CHECK(dsz_getFrameElementCount(NULL, cs) == DSZ_ELEMENTCOUNT_ERROR);
     buf[0] = 'X';
+    CHECK(dsz_getFrameElementCount(buf, cs) == DSZ_ELEMENTCOUNT_ERROR);
     CHECK(dsz_getErrorCode(dsz_getFrameInfo(&f, buf, cs)) == DSZ_error_prefix_unknown);
     buf[0] = 'D';
     buf[4] = DSZ_FORMAT_VERSION + 1;
@@ -353,6 +357,7 @@ static void sparse_case(size_t rows, size_t cols, double density, unsigned codec
     CHECK(!dsz_isError(cs));
     hs = dsz_getFrameInfo(&f, buf, cs);
     CHECK(!dsz_isError(hs) && f.nnz == nnz && f.indexCodec == codec);
+    CHECK(dsz_getFrameElementCount(buf, cs) == n); /* the dense size, not the non-zeros */
     r = dsz_decodeSparse(y, n, &f, buf + hs, (size_t)f.dataRawSize, buf + hs + f.dataRawSize, (size_t)f.indexRawSize);
     CHECK(r == nnz);
     for (i = 0; i < n; i++) CHECK((w[i] != 0) == (y[i] != 0) && fabs((double)w[i] - y[i]) <= 1e-2);
