@@ -15,9 +15,11 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the extension is built in place (setup.py build_ext --inplace)
-from pydsz.bench import anchors  # noqa: E402
+from pydsz.bench import anchors, summary  # noqa: E402
 from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.context import Run  # noqa: E402
 from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
+from pydsz.prune.train import Retraining  # noqa: E402
 
 
 def main() -> int:
@@ -34,15 +36,15 @@ def main() -> int:
     for name in args.models.split(","):
         spec = REFERENCE[name]
         start = time.perf_counter()
-        info = anchors.run(bundled(spec["file"]).read_bytes(), val, test, args.max_loss, train=train,
-                         sparsity=spec["sparsity"], epochs=spec["epochs"], distill=spec["distill"],
-                         title=spec["title"], progress=not args.quiet)
+        pruned = anchors.Pruned(train, spec["sparsity"], Retraining(epochs=spec["epochs"], distill=spec["distill"]))
+        info = anchors.benchmark(bundled(spec["file"]).read_bytes(), val, test, args.max_loss, pruned=pruned,
+                                 sweep=anchors.Sweep(title=spec["title"]), run=Run(progress=not args.quiet))
         info["seconds"] = time.perf_counter() - start
         stem = os.path.join(args.out, f"anchors_{name}")
-        anchors.write_report(info, stem + ".json", stem + ".png")
-        lines = anchors.summary_lines(info)
-        print(f"\n{lines[0]}\n{anchors.main_table(info)}\n" + "\n".join(lines[1:]))
-        print(f"\n{anchors.sweep_table(info)}\nwrote {stem}.json and .png ({info['seconds']:.0f} s)", flush=True)
+        summary.write_report(info, stem + ".json", stem + ".png")
+        lines = summary.summary_lines(info)
+        print(f"\n{lines[0]}\n{summary.main_table(info)}\n" + "\n".join(lines[1:]))
+        print(f"\n{summary.sweep_table(info)}\nwrote {stem}.json and .png ({info['seconds']:.0f} s)", flush=True)
     return 0
 
 

@@ -42,15 +42,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_info  # noqa: E402
 from results import of_fixed  # noqa: E402
 
+from pydsz.budget.rule import Budget
 from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
 from pydsz.compress.demo import run as demo_run  # noqa: E402
 from pydsz.compress.pipeline import compress  # noqa: E402
-from pydsz.compress.prune_compress import compress_pruned  # noqa: E402
+from pydsz.compress.prune_compress import (
+    Pruning,
+    compress_pruned,  # noqa: E402
+)
 from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.prune.retraining import prune_model  # noqa: E402
+from pydsz.prune.train import Retraining
 from pydsz.tables import format_table  # noqa: E402
 
 HELDOUT = Path(os.environ.get("DSZ_HELDOUT_CACHE", Path.home() / ".cache" / "pydsz" / "heldout"))
@@ -93,8 +98,8 @@ def lenet(case: str, budgets: list, methods=("fixed", "prune auto")) -> list:
     if "prune auto" in methods:
         for budget in budgets:
             start = time.perf_counter()
-            result, split = compress_pruned(model, *val, budget, train=train, epochs=spec["epochs"],
-                                            distill=spec["distill"])
+            result, split = compress_pruned(model, *val, budget,
+                                            pruning=Pruning(train=train, settings=Retraining(epochs=spec["epochs"], distill=spec["distill"])))
             rows.append(_row(case, f"prune auto {budget:g}", model, result, {"test10k": test},
                              time.perf_counter() - start, sparsity=split.sparsity, split=split.line(),
                              notes=split.notes, max_loss=budget))
@@ -117,25 +122,25 @@ def heldout(case: str, methods=("fixed", "auto", "prune auto", "prune auto 0.01"
         if method not in methods:
             continue
         start = time.perf_counter()
-        pruned = prune_model(model, train, val, sparsity, epochs=8, auto_budget=budget)
-        result = compress(pruned.tflite, *val, 0.005, metric="top1")
+        pruned = prune_model(model, train, val, sparsity, auto_budget=budget, settings=Retraining(epochs=8))
+        result = compress(pruned.tflite, *val, Budget("top1", 0.005))
         rows.append(_row(case, method, model, result, tests, time.perf_counter() - start, sparsity=pruned.sparsity,
                          notes=pruned.notes))
     for method, budget in (("prune auto", 0.015), ("prune auto 0.01", 0.01)):
         if method not in methods:
             continue
         start = time.perf_counter()
-        result, split = compress_pruned(model, *val, budget, train=train)
+        result, split = compress_pruned(model, *val, budget, pruning=Pruning(train=train))
         rows.append(_row(case, method, model, result, tests, time.perf_counter() - start,
                          sparsity=split.sparsity, split=split.line(), notes=split.notes))
     if "one-shot" in methods:
         start = time.perf_counter()
-        result, split = compress_pruned(model, *val, 0.01, calibration=train[0][:5000])
+        result, split = compress_pruned(model, *val, 0.01, pruning=Pruning(calibration=train[0][:5000]))
         rows.append(_row(case, "one-shot", model, result, tests, time.perf_counter() - start,
                          sparsity=split.sparsity, split=split.line(), notes=split.notes))
     if case.startswith("cnn") and "all layers" in methods:
         start = time.perf_counter()
-        result, split = compress_pruned(model, *val, 0.02, calibration=train[0][:5000], layers="all")
+        result, split = compress_pruned(model, *val, 0.02, layers="all", pruning=Pruning(calibration=train[0][:5000]))
         rows.append(_row(case, "all layers", model, result, tests, time.perf_counter() - start,
                          sparsity=split.sparsity, split=split.line(), notes=split.notes))
     return rows

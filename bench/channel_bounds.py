@@ -34,7 +34,10 @@ from value_coding import SIDE_BITS, laplace_bits  # noqa: E402
 
 from pydsz.bench.baselines import lossless  # noqa: E402
 from pydsz.budget import metrics  # noqa: E402
+from pydsz.budget.rule import Budget
+from pydsz.compress.compensation import Compensation
 from pydsz.compress.pipeline import compress  # noqa: E402
+from pydsz.context import Run
 from pydsz.format import codec, container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
@@ -56,8 +59,8 @@ def main(argv=None) -> int:
     model = TFLiteModel(d["model"])
     keys = [o["key"] for o in model.output_details()]
     metric = metrics.OutputError()
-    result = compress(d["model"], *d["calib"], args.max_loss, metric=metric, layers="all", compensate=True,
-                      calibration=d["hessian"], num_threads=1)
+    result = compress(d["model"], *d["calib"], Budget(metric, args.max_loss), layers="all",
+                      compensation=Compensation(enabled=True, calibration=d["hessian"]), run=Run(num_threads=1))
     names = {l.name for l in model.layers(("conv",)) if l.op == "CONV_2D"}
     layers = [(model.layer(t["name"]), t["error_bound"]) for t in container.load(result.dsz).info()["tensors"]
               if t["representation"] == "dense" and t["name"] in names]

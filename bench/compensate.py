@@ -22,7 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from label_free import models  # noqa: E402  (the same four models)
 from machine import machine_info  # noqa: E402
 
+from pydsz.budget.rule import Budget
 from pydsz.compress import pipeline  # noqa: E402
+from pydsz.compress.compensation import Compensation
 from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import bundled, fashion_mnist, load_npz  # noqa: E402
@@ -46,8 +48,8 @@ def main() -> int:
         test_top1 = runtime.accuracy(model, *test)
         for encoding, compensate, hessians in ENCODINGS:
             start = time.perf_counter()
-            result = pipeline.compress(model, *val, args.max_loss, metric="top1", compensate=compensate,
-                                       calibration=calibration if hessians == "train" else None)
+            result = pipeline.compress(model, *val, Budget("top1", args.max_loss),
+                                       compensation=Compensation(enabled=compensate, calibration=calibration if hessians == "train" else None))
             seconds = time.perf_counter() - start
             decoded = container.load(result.dsz).tflite_bytes()
             rows.append({"model": title, "encoding": encoding, "compensate": compensate, "ratio": result.ratio,

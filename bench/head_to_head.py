@@ -41,6 +41,7 @@ from machine import machine_info  # noqa: E402
 
 from pydsz.bench import headtohead  # noqa: E402
 from pydsz.budget import metrics  # noqa: E402
+from pydsz.context import Run  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import load_data  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
@@ -166,9 +167,10 @@ def main(argv=None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
         d = data(name, args.cache)
         start = time.perf_counter()
-        info = headtohead.run(d["model"], d["calib"], d["test"], args.max_loss, layers="all",
-                              calibration=d["hessian"], budgets=budgets, methods=variants, title=name,
-                              progress=sys.stderr.isatty(), num_threads=args.num_threads)
+        info = headtohead.benchmark(d["model"], d["calib"], d["test"], args.max_loss, layers="all",
+                                    calibration=d["hessian"],
+                                    sweep=headtohead.Sweep(budgets=budgets, methods=variants, title=name),
+                                    run=Run(args.num_threads, progress=sys.stderr.isatty()))
         info.update(source=d["source"], hessians=d["hessian_source"], seconds=round(time.perf_counter() - start, 1),
                     input_rounding=input_rounding(d, num_threads=args.num_threads),
                     command=f"python bench/head_to_head.py --models {name} --max-loss {args.max_loss:g}"

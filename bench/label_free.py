@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
+from pydsz.budget.rule import Budget
 from pydsz.compress import pipeline  # noqa: E402
 from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
@@ -81,7 +82,7 @@ def main() -> int:
         test_top1 = runtime.accuracy(model, *test)
         for metric, labels in METRICS:
             start = time.perf_counter()
-            result = pipeline.compress(model, val[0], val[1] if labels else None, args.max_loss, metric=metric)
+            result = pipeline.compress(model, val[0], val[1] if labels else None, Budget(metric, args.max_loss))
             seconds = time.perf_counter() - start
             decoded = container.load(result.dsz).tflite_bytes()
             rows.append({"model": title, "metric": metric, "labels": labels, "ratio": result.ratio,

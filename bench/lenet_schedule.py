@@ -41,6 +41,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
+from pydsz.prune.train import Retraining  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 # name -> change to the REFERENCE entry's retrain arguments
@@ -96,13 +97,14 @@ def one_run(args: tuple) -> dict:
     teacher = [replace(l) for l in d["layers"]]
     epochs = ref["epochs"] * change.pop("epochs_factor", 1)
     stages = change.pop("stages", 1)
-    kwargs = {"distill": ref["distill"], **change}
+    settings = {"distill": ref["distill"], **change}
     start = time.perf_counter()
     layers = d["layers"]
     for k in range(1, stages + 1):
         share = 1 - (1 - k / stages) ** 3  # stage k ends on the k-th point of the cubic curve
-        layers = retrain(layers, masks_for(layers, {}), *d["train"], epochs=epochs, seed=seed + k - 1,
-                         targets={name: s * share for name, s in sparsity.items()}, teacher=teacher, **kwargs)
+        layers = retrain(layers, masks_for(layers, {}), *d["train"],
+                         Retraining(epochs=epochs, seed=seed + k - 1, **settings),
+                         targets={name: s * share for name, s in sparsity.items()}, teacher=teacher)
     seconds = time.perf_counter() - start
     row = {"setting": setting, "schedule": schedule, "seed": seed, "sparsity": sparsity, "seconds": seconds,
            "density": {l.name: density(l.weight) for l in layers}}

@@ -34,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pydsz.bench import anchors  # noqa: E402
+from pydsz.budget.rule import Budget
 from pydsz.compress.demo import REFERENCE, TRAIN_SIZE  # noqa: E402
 from pydsz.compress.pipeline import compress  # noqa: E402
 from pydsz.format import container  # noqa: E402
@@ -43,6 +44,7 @@ from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.prune import oneshot  # noqa: E402
 from pydsz.prune.masks import density  # noqa: E402
 from pydsz.prune.retraining import prune_model, retrain_masked  # noqa: E402
+from pydsz.prune.train import Retraining
 from pydsz.tables import format_table  # noqa: E402
 
 CALIBRATION = 5000
@@ -54,11 +56,13 @@ METHODS = ("retrain", "oneshot", "oneshot+retrain")
 def prune(method: str, model: bytes, ref: dict, cal, train, val) -> tuple[bytes, float]:
     start = time.perf_counter()
     if method == "retrain":
-        out = prune_model(model, train, val, ref["sparsity"], epochs=ref["epochs"], distill=ref["distill"]).tflite
+        out = prune_model(model, train, val, ref["sparsity"],
+                          settings=Retraining(epochs=ref["epochs"], distill=ref["distill"])).tflite
     else:
         out = oneshot.prune_layers(model, cal, ref["sparsity"], kinds=("fc",)).tflite
         if method == "oneshot+retrain":
-            out = retrain_masked(out, model, train, val, epochs=ref["epochs"], distill=ref["distill"]).tflite
+            out = retrain_masked(out, model, train, val,
+                                 settings=Retraining(epochs=ref["epochs"], distill=ref["distill"])).tflite
     return out, time.perf_counter() - start
 
 
@@ -85,7 +89,7 @@ def whole_lenet5(pruned_fc: bytes, cal, val, test, max_loss: float) -> dict:
     result = oneshot.prune_layers(pruned_fc, cal, {"conv2": 0.5}, kinds=("fc", "conv"))
     model = result.tflite
     reference = runtime.accuracy(original, *val)
-    out = compress(model, *val, max_loss, layers="all", metric="top1", spent=reference - runtime.accuracy(model, *val))
+    out = compress(model, *val, Budget("top1", max_loss, spent=reference - runtime.accuracy(model, *val)), layers="all")
     decoded = container.load(out.dsz).tflite_bytes()
     t_orig, t_dec = runtime.accuracy(original, *test), runtime.accuracy(decoded, *test)
     return {"sparsity": {l.name: 1 - density(TFLiteModel(model).weight(l.name)) for l in out.layers},
@@ -110,8 +114,8 @@ def main() -> int:
             print(f"[{time.strftime('%H:%M:%S')}] {ref_name} {method}", flush=True)
             pruned, seconds = prune(method, model, ref, cal, train, val)
             pruned_by[(ref_name, method)] = pruned
-            info = anchors.run(model, val, test, args.max_loss, pruned=pruned, clusters=(4, 8, 16, 32), bits=(8,),
-                             title=f"{ref_name} {method}")
+            info = anchors.benchmark(model, val, test, args.max_loss, pruned=anchors.Pruned(model=pruned),
+                                     sweep=anchors.Sweep(clusters=(4, 8, 16, 32), bits=(8,), title=f"{ref_name} {method}"))
             row = {"prune_seconds": seconds, **summarize(info, args.max_loss)}
             report[f"{ref_name} {method}"] = row
             within, at = row["ours_within"], row["ours_at_dc_loss"]

@@ -37,7 +37,10 @@ from results import CODERS, coding_totals  # noqa: E402
 
 from pydsz.bench.baselines import lossless  # noqa: E402
 from pydsz.budget import metrics  # noqa: E402
+from pydsz.budget.rule import Budget
+from pydsz.compress.compensation import Compensation
 from pydsz.compress.pipeline import compress  # noqa: E402
+from pydsz.context import Run
 from pydsz.format import container  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
@@ -73,8 +76,8 @@ def integers(model: TFLiteModel, name: str, bound: float) -> np.ndarray:
 def measure(name: str, cache: Path, max_loss: float) -> dict:
     d = head_to_head.data(name, cache)
     start = time.perf_counter()
-    result = compress(d["model"], *d["calib"], max_loss, metric=metrics.OutputError(), layers="all",
-                      compensate=True, calibration=d["hessian"], num_threads=1)
+    result = compress(d["model"], *d["calib"], Budget(metrics.OutputError(), max_loss), layers="all",
+                      compensation=Compensation(enabled=True, calibration=d["hessian"]), run=Run(num_threads=1))
     seconds = time.perf_counter() - start
     dsz = container.load(result.dsz)
     decoded = TFLiteModel(dsz.tflite_bytes())

@@ -15,7 +15,7 @@ import numpy as np
 
 from pydsz import _core
 from pydsz.errors import FormatError
-from pydsz.format import codec, spans
+from pydsz.format import codec, spans, wrapping
 from pydsz.format.container import DszModel, tensor_place
 
 
@@ -49,8 +49,8 @@ def _decode_timed(e, place: np.ndarray, stages: Stages) -> None:
     t0 = time.perf_counter()
     info, u8 = codec._open_frame(e.stream, _core.KIND_SPARSE if sparse else _core.KIND_ARRAY, what)
     hs, ds = info["header_size"], info["data_stored"]
-    data = codec._inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], what)
-    index = codec._inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], what) if sparse else None
+    data = wrapping.inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], what)
+    index = wrapping.inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], what) if sparse else None
     t1 = time.perf_counter()
     if info["n_elements"] != place.size:
         raise FormatError(f"{what}: the stream decodes to {info['n_elements']} values, the table says {e.shape}")

@@ -8,19 +8,14 @@ from hypothesis import strategies as st
 from pydsz.assess.evaluator import Evaluator, Measure
 from pydsz.assess.ladder import Ladder, Point
 from pydsz.assess.tasks import assess_layer, measure_point
+from pydsz.context import Run
 from pydsz.encode import pack
 from pydsz.encode.tensor import LOSSLESS_PART, encode_weight
 from pydsz.errors import InputError
 from pydsz.format import container
-from pydsz.model.data import bundled, load_npz
+from pydsz.model.data import bundled
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.selection import compressible_layers
-
-
-@pytest.fixture(scope="module")
-def val():
-    x, y = load_npz(bundled("fmnist_val.npz"))
-    return x[:1000], y[:1000]
 
 
 def _model(name):
@@ -33,7 +28,7 @@ def test_tail_evaluator_agrees_with_the_interpreter(name, val):
     data, model = _model(name)
     names = [l.name for l in compressible_layers(model)]
     fast = Evaluator(data, *val, names)
-    slow = Evaluator(data, *val, names, use_tail=False)
+    slow = Evaluator(data, *val, names, paths=("cut",))
     assert fast.fast and not slow.fast
     assert fast.measure({}) == slow.measure({}) == Measure(0, 0, 0, 0)
     # coarse bounds on every layer at once: predictions change, both paths must see the same
@@ -50,7 +45,7 @@ def test_conv_layers_fall_back_to_the_interpreter_fc_layers_keep_the_tail(val):
     evaluator = Evaluator(data, *val, names)
     assert evaluator._on_tail({"fc1": None}) and not evaluator._on_tail({"conv2": None, "fc1": None})
     conv = encode_weight(model.weight("conv2"), 0.05)[0]
-    slow = Evaluator(data, *val, names, use_tail=False)
+    slow = Evaluator(data, *val, names, paths=("cut",))
     assert evaluator.measure({"conv2": conv}) == slow.measure({"conv2": conv})
     assert evaluator.measure({}) == Measure(0, 0, 0, 0)
 
@@ -120,7 +115,7 @@ def test_gpu_evaluator_agrees_with_the_numpy_tail(name, val):
     data, model = _model(name)
     names = [l.name for l in compressible_layers(model)]
     cpu = Evaluator(data, *val, names)
-    gpu = Evaluator(data, *val, names, device="gpu")
+    gpu = Evaluator(data, *val, names, run=Run(device="gpu"))
     assert cpu.device == "cpu" and cpu.cpu_reason is None
     if device.available():
         assert gpu.device == "gpu" and gpu.cpu_reason is None
@@ -132,7 +127,7 @@ def test_gpu_evaluator_agrees_with_the_numpy_tail(name, val):
         # each path counts against its own baseline; float summation order may flip a near tie
         assert abs(a.loss - b.loss) <= 2, (a, b)
     with pytest.raises(InputError, match="cpu or gpu"):
-        Evaluator(data, *val, names, device="auto")
+        Evaluator(data, *val, names, run=Run(device="auto"))
 
 
 def _losses(onset: float, slope: float, seed: int):

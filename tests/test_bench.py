@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from pydsz.bench import anchors
+from pydsz.bench import anchors, summary
 from pydsz.errors import InputError
 from pydsz.model import runtime
 from pydsz.model.data import bundled, load_npz
@@ -37,7 +37,7 @@ def splits():
 @pytest.fixture(scope="module")
 def info(pruned, splits):
     pytest.importorskip("hdf5plugin")  # SZ3, for the DeepSZ baseline: the `bench` extra
-    return anchors.run(pruned, *splits, 0.01, budgets=[0.01], clusters=[8, 32], bits=[8])
+    return anchors.benchmark(pruned, *splits, 0.01, sweep=anchors.Sweep(budgets=[0.01], clusters=[8, 32], bits=[8]))
 
 
 def test_every_method_has_its_points(info):
@@ -106,28 +106,29 @@ def test_comparison_says_where_our_curve_is_not_above():
 
 
 def test_report_writes_json_and_png(info, tmp_path):
-    paths = anchors.write_report(info, tmp_path / "b.json", tmp_path / "b.png")
+    paths = summary.write_report(info, tmp_path / "b.json", tmp_path / "b.png")
     assert json.loads(paths[0].read_text())["model"] == "model"
     assert paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    text = anchors.main_table(info) + anchors.sweep_table(info) + "\n".join(anchors.summary_lines(info))
+    text = summary.main_table(info) + summary.sweep_table(info) + "\n".join(summary.summary_lines(info))
     assert "Deep Compression" in text and "clusters 32" in text
 
 
 def test_pruning_needs_both_train_and_sparsity(pruned, splits):
     with pytest.raises(InputError, match="--train"):
-        anchors.run(pruned, *splits, 0.01, sparsity=0.9)
+        anchors.benchmark(pruned, *splits, 0.01, pruned=anchors.Pruned(sparsity=0.9))
 
 
 def test_a_model_pruned_elsewhere_is_judged_from_the_unpruned_one(pruned, splits):
     pytest.importorskip("hdf5plugin")
     original = bundled("lenet300.tflite").read_bytes()
-    info = anchors.run(original, *splits, 0.01, pruned=pruned, budgets=[0.01], clusters=[32], bits=[8])
+    info = anchors.benchmark(original, *splits, 0.01, pruned=anchors.Pruned(model=pruned),
+                             sweep=anchors.Sweep(budgets=[0.01], clusters=[32], bits=[8]))
     val = splits[0]
     drop = runtime.accuracy(original, *val) - runtime.accuracy(pruned, *val)
     assert info["pruned"]["val_loss"] == pytest.approx(drop)  # pruning's loss counts, as when bench prunes
     assert info["pruned"]["sparsity"]["fc1"] == pytest.approx(0.9, abs=0.01)
     with pytest.raises(InputError, match="not both"):
-        anchors.run(original, *splits, 0.01, pruned=pruned, train=splits[0], sparsity=0.9)
+        anchors.benchmark(original, *splits, 0.01, pruned=anchors.Pruned(splits[0], 0.9, model=pruned))
 
 
 def dsz(*args):
@@ -166,7 +167,7 @@ def test_interpolation_reads_our_curve_between_points():
 def test_a_budget_the_validation_data_cannot_resolve_is_skipped_and_reported(pruned, splits):
     """500 samples at 0.2 points: one changed sample with its noise margin is more than the budget."""
     pytest.importorskip("hdf5plugin")
-    info = anchors.run(pruned, *splits, 0.005, budgets=[0.002, 0.005], clusters=[8], bits=[8])
+    info = anchors.benchmark(pruned, *splits, 0.005, sweep=anchors.Sweep(budgets=[0.002, 0.005], clusters=[8], bits=[8]))
     assert [s["setting"] for s in info["skipped"]] == [0.002] and "too few" in info["skipped"][0]["reason"]
     assert [p["setting"] for p in info["points"] if p["method"] == anchors.OURS] == [0.005]
-    assert any(line.startswith("skipped: pydsz at budget 0.002") for line in anchors.summary_lines(info))
+    assert any(line.startswith("skipped: pydsz at budget 0.002") for line in summary.summary_lines(info))

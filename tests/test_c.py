@@ -24,6 +24,7 @@ def test_c_unit_tests():
 
 
 @needs_cc
+@pytest.mark.slow
 def test_c_unit_tests_under_asan_ubsan():
     probe = subprocess.run(["cc", "-fsanitize=address,undefined", "-x", "c", "-o", "/dev/null", "-"],
                            input="int main(void){return 0;}", capture_output=True, text=True)

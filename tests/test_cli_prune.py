@@ -37,6 +37,7 @@ def test_oneshot_calibrates_on_images_without_labels(tmp_path):
     assert "(expected top-1 accuracy (0.003 = 0.3 points); 1000 samples)" in said
 
 
+@pytest.mark.slow
 def test_oneshot_auto_without_labels_judges_by_expected_top1(tmp_path):
     x, _ = load_npz(bundled("fmnist_val.npz"))
     data, out = tmp_path / "x.npz", tmp_path / "auto.tflite"
@@ -52,6 +53,7 @@ def test_oneshot_auto_without_labels_judges_by_expected_top1(tmp_path):
     assert json.loads(check.stdout)["loss"] <= 0.01  # the margin was kept in hand on these same samples
 
 
+@pytest.mark.slow
 def test_oneshot_auto_judges_by_the_metric_given(tmp_path):
     out = tmp_path / "auto.tflite"
     result = dsz("prune", bundled("lenet300.tflite"), "--method", "oneshot", "--data", bundled("fmnist_val.npz"),

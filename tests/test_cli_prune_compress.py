@@ -19,6 +19,7 @@ def _data(tmp_path, n, name="val.npz"):
     return path
 
 
+@pytest.mark.slow
 def test_one_shot_prune_auto_splits_the_budget_and_keeps_it(tmp_path):
     data, out, report = _data(tmp_path, 2000), tmp_path / "m.dsz", tmp_path / "report"
     result = dsz("compress", bundled("lenet300.tflite"), "--prune", "auto", "--data", data, "--max-loss", "0.01",

@@ -4,7 +4,9 @@ and calibration inputs turn it on."""
 import numpy as np
 import pytest
 
+from pydsz.budget.rule import Budget
 from pydsz.compress import compensation
+from pydsz.compress.compensation import Compensation
 from pydsz.format import codec
 from pydsz.model import runtime
 from pydsz.model.data import bundled, load_npz
@@ -58,12 +60,13 @@ def test_rounded_is_libdsz_reconstruction():
 
 
 @pytest.mark.runtime
+@pytest.mark.slow
 def test_calibration_inputs_turn_compensation_on(calibration):
     from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
-    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[1000:1600], y[1000:1600], 0.01,
-                               metric="top1", calibration=calibration)
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[1000:1600], y[1000:1600],
+                               Budget("top1", 0.01), compensation=Compensation(calibration=calibration))
     assert result.compensated == ["fc1", "fc2", "fc3"]
     assert compensation.SHARED_SAMPLES not in result.warnings  # the Hessians came from the calibration inputs
 

@@ -13,7 +13,7 @@ from pydsz.model.selection import compressible_layers
 
 
 @pytest.fixture(scope="module")
-def val():
+def val300():
     x, y = load_npz(bundled("fmnist_val.npz"))
     return x[:300], y[:300]
 
@@ -24,9 +24,9 @@ def _whole(model, x):
 
 
 @pytest.mark.parametrize("name", ["lenet5.tflite", "lenet300.tflite", "lenet5_f16.tflite"])
-def test_every_layers_tail_gives_the_whole_models_outputs(name, val):
+def test_every_layers_tail_gives_the_whole_models_outputs(name, val300):
     model = TFLiteModel(bundled(name).read_bytes())
-    x = runtime.fit_inputs(model.input_details(), val[0])
+    x = runtime.fit_inputs(model.input_details(), val300[0])
     graph = cut.Graph(model, runtime.probe(model, x).rows)
     whole = _whole(model, x)
     starts = [layer.op_index for layer in model.layers(("fc", "conv"))]
@@ -51,9 +51,9 @@ def test_a_float16_layers_dequantize_moves_into_its_cut():
     assert len(tail.inputs) == 1 and tail.inputs[0] == last.input
 
 
-def test_the_chain_gives_each_cut_the_same_values_whatever_was_asked_before(val):
+def test_the_chain_gives_each_cut_the_same_values_whatever_was_asked_before(val300):
     model = TFLiteModel(bundled("lenet5.tflite").read_bytes())
-    x = runtime.fit_inputs(model.input_details(), val[0])
+    x = runtime.fit_inputs(model.input_details(), val300[0])
     graph = cut.Graph(model)
     starts = [layer.op_index for layer in model.layers(("fc", "conv"))]
     forward, backward = Chain(model, graph, x, starts), Chain(model, graph, x, starts)
@@ -63,10 +63,10 @@ def test_the_chain_gives_each_cut_the_same_values_whatever_was_asked_before(val)
     assert forward.steps <= len(starts)
 
 
-def test_capture_runs_only_what_the_tensor_needs_and_gives_the_preserved_values(val):
+def test_capture_runs_only_what_the_tensor_needs_and_gives_the_preserved_values(val300):
     model = TFLiteModel(bundled("lenet5.tflite").read_bytes())
     layer = model.layer("fc1")
-    x = val[0][:50]
+    x = val300[0][:50]
     cut_values = runtime.capture(model.data, x, layer.input)
     preserved = runtime._capture_preserved(model.data, x, layer.input, None, None)
     assert np.array_equal(cut_values, preserved)
@@ -79,7 +79,7 @@ def test_a_model_of_several_inputs_and_outputs_cuts_and_keeps_the_outputs_before
     x = [rng.random((20, *d["shape"][1:]), dtype=np.float32) for d in model.input_details()]
     names = [layer.name for layer in compressible_layers(model, "all")]
     evaluator = Evaluator(data, x, None, names, metric="output-error")
-    slow = Evaluator(data, x, None, names, metric="output-error", use_tail=False, use_cut=False)
+    slow = Evaluator(data, x, None, names, metric="output-error", paths=())
     for name in names:
         w = np.asarray(model.weight(name))
         noisy = {name: (w + np.float32(0.01) * np.sign(w)).astype(np.float32)}
@@ -89,12 +89,12 @@ def test_a_model_of_several_inputs_and_outputs_cuts_and_keeps_the_outputs_before
     assert evaluator.cut_reason is None
 
 
-def test_a_cut_whose_baseline_strays_from_the_whole_model_is_not_trusted(val, monkeypatch):
+def test_a_cut_whose_baseline_strays_from_the_whole_model_is_not_trusted(val300, monkeypatch):
     import pydsz.assess.evaluator as ev
 
     data = bundled("lenet5.tflite").read_bytes()
     model = TFLiteModel(data)
-    evaluator = Evaluator(data, *val, ["conv2"], use_tail=False)
+    evaluator = Evaluator(data, *val300, ["conv2"], paths=("cut",))
     real = ev.Evaluator._from_cut
     monkeypatch.setattr(ev.Evaluator, "_from_cut",
                         lambda self, start, w: {k: v * 1.1 for k, v in real(self, start, w).items()})
@@ -102,4 +102,4 @@ def test_a_cut_whose_baseline_strays_from_the_whole_model_is_not_trusted(val, mo
     m = evaluator.measure({"conv2": w * np.float32(1.05)})
     assert evaluator.path(["conv2"]) == "whole" and "differs from the whole model's" in evaluator.cut_reason
     monkeypatch.undo()
-    assert m == Evaluator(data, *val, ["conv2"], use_tail=False, use_cut=False).measure({"conv2": w * np.float32(1.05)})
+    assert m == Evaluator(data, *val300, ["conv2"], paths=()).measure({"conv2": w * np.float32(1.05)})

@@ -13,7 +13,7 @@ import pydsz
 from pydsz import _core
 from pydsz.encode import pack
 from pydsz.encode.pack import _serialize
-from pydsz.format import codec, container
+from pydsz.format import codec, container, wrapping
 from pydsz.format.container import TensorEntry
 from pydsz.model.data import bundled
 
@@ -71,7 +71,7 @@ def test_values_alone_are_the_fused_passes_nonzeros(sparse_model):
     stream = codec.encode_sparse(weights[0], 0.01)
     info = _core.frame_info(np.frombuffer(stream, np.uint8))
     hs, ds = info["header_size"], info["data_stored"]
-    data = codec._inflate(info["data_lossless"], np.frombuffer(stream, np.uint8)[hs:hs + ds], info["data_raw"], "t")
+    data = wrapping.inflate(info["data_lossless"], np.frombuffer(stream, np.uint8)[hs:hs + ds], info["data_raw"], "t")
     values = np.empty(info["nnz"], np.float32)
     _core.decompress_array(_values_alone(info), data, values)
     dense = codec.decode_sparse(stream)

@@ -19,18 +19,18 @@ def _dsz(*args):
 
 
 @pytest.fixture(scope="module")
-def val():
+def val200():
     x, y = load_npz(bundled("fmnist_val.npz"))
     return x[:200].astype(np.float32), y[:200]
 
 
 @pytest.mark.parametrize("bad, what", [(np.nan, "NaN"), (np.inf, "an infinity")])
 @pytest.mark.parametrize("command", ["compress", "prune"])
-def test_a_nan_or_an_infinity_in_the_data_is_refused_before_any_work(tmp_path, val, bad, what, command):
-    x = val[0][:8].copy()
+def test_a_nan_or_an_infinity_in_the_data_is_refused_before_any_work(tmp_path, val200, bad, what, command):
+    x = val200[0][:8].copy()
     x[5, 3, 4] = bad
     data = tmp_path / "calib.npz"
-    np.savez(data, x=x, y=val[1][:8])
+    np.savez(data, x=x, y=val200[1][:8])
     out = tmp_path / "out"
     extra = ["--method", "oneshot", "--sparsity", "0.5"] if command == "prune" else []
     result = _dsz(command, bundled("lenet5.tflite"), "--data", data, *extra, "-o", out)
@@ -40,24 +40,24 @@ def test_a_nan_or_an_infinity_in_the_data_is_refused_before_any_work(tmp_path, v
     assert not out.exists()
 
 
-def test_a_model_whose_outputs_are_not_finite_is_refused(tmp_path, val):
+def test_a_model_whose_outputs_are_not_finite_is_refused(tmp_path, val200):
     model = TFLiteModel(bundled("lenet5.tflite").read_bytes())
     w = np.array(model.weight("fc2"))
     w[0, 0] = np.inf  # every sample's first logit becomes infinite or NaN
     broken = model.replace({"fc2": w})
     with pytest.raises(InputError, match=r"the model's output .* is (NaN|an infinity) for sample 0 .* inputs are finite"):
-        pipeline.compress(broken, *val, 0.003)
+        pipeline.compress(broken, *val200, 0.003)
     path = tmp_path / "broken.tflite"
     path.write_bytes(broken)
     data = tmp_path / "val.npz"
-    np.savez(data, x=val[0][:16], y=val[1][:16])
+    np.savez(data, x=val200[0][:16], y=val200[1][:16])
     result = _dsz("prune", path, "--method", "oneshot", "--sparsity", "0.5", "--data", data, "-o", tmp_path / "p.tflite")
     assert result.returncode == 1 and "inputs are finite" in result.stderr and not (tmp_path / "p.tflite").exists()
 
 
-def test_compress_by_layer_name_shows_progress_and_reports_time_per_layer(tmp_path, val):
+def test_compress_by_layer_name_shows_progress_and_reports_time_per_layer(tmp_path, val200):
     data = tmp_path / "val.npz"
-    np.savez(data, x=val[0], y=val[1])
+    np.savez(data, x=val200[0], y=val200[1])
     out, report = tmp_path / "m.dsz", tmp_path / "report"
     result = _dsz("compress", bundled("lenet5.tflite"), "--data", data, "--metric", "output-error",
                   "--layers", "conv2,fc1", "--report", report, "-o", out)
@@ -71,9 +71,9 @@ def test_compress_by_layer_name_shows_progress_and_reports_time_per_layer(tmp_pa
     assert "one batch's tensors" in result.stdout and "data" in result.stdout
 
 
-def test_an_unknown_layer_name_is_one_line(tmp_path, val):
+def test_an_unknown_layer_name_is_one_line(tmp_path, val200):
     data = tmp_path / "val.npz"
-    np.savez(data, x=val[0], y=val[1])
+    np.savez(data, x=val200[0], y=val200[1])
     result = _dsz("compress", bundled("lenet5.tflite"), "--data", data, "--layers", "fc7", "-o", tmp_path / "m.dsz")
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1 and "no layer 'fc7'" in lines[0]

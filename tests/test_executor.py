@@ -14,9 +14,11 @@ import pytest
 
 from pydsz.assess import executor
 from pydsz.budget import metrics
+from pydsz.budget.rule import Budget
 from pydsz.compress import pipeline
+from pydsz.context import Run
 from pydsz.errors import InputError
-from pydsz.model.data import bundled, load_npz
+from pydsz.model.data import bundled
 
 pytest.importorskip("distributed")
 
@@ -24,14 +26,8 @@ KILL_MARKER = "DSZ_TEST_KILL_MARKER"
 
 
 @pytest.fixture(scope="module")
-def val():
-    x, y = load_npz(bundled("fmnist_val.npz"))
-    return x[:1000], y[:1000]
-
-
-@pytest.fixture(scope="module")
 def local(val):
-    return pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, 0.003, metric="top1")
+    return pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, Budget("top1", 0.003))
 
 
 def _same(a, b):
@@ -44,8 +40,8 @@ def test_a_local_dask_cluster_gives_the_same_points_bounds_and_bytes(val, local)
     as this process (only where it runs differs), so top-1's whole-sample losses and the bytes match."""
     cluster = executor.Dask(workers=2)
     try:
-        _same(pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, 0.003, metric="top1",
-                                executor=cluster), local)
+        _same(pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, Budget("top1", 0.003),
+                                run=Run(executor=cluster)), local)
     finally:
         cluster.close()
 
@@ -55,10 +51,10 @@ def test_cuts_fitted_plans_and_their_refinement_give_the_same_bytes_on_dask(val)
     the chain itself), Fitted plans, refined by the allocation: the same points, bounds and bytes."""
     data = bundled("lenet5.tflite").read_bytes()
     x = val[0][:300]
-    here = pipeline.compress(data, x, None, 0.01, metric="output-error", layers="all")
+    here = pipeline.compress(data, x, None, Budget("output-error", 0.01), layers="all")
     cluster = executor.Dask(workers=2)
     try:
-        there = pipeline.compress(data, x, None, 0.01, metric="output-error", layers="all", executor=cluster)
+        there = pipeline.compress(data, x, None, Budget("output-error", 0.01), layers="all", run=Run(executor=cluster))
     finally:
         cluster.close()
     # the same bytes and bounds; the numpy tail's losses (fc1, fc2) may differ in their last digits, BLAS
@@ -89,8 +85,8 @@ def test_a_worker_that_dies_mid_assessment_changes_nothing(val, local, tmp_path,
     monkeypatch.setenv(KILL_MARKER, str(marker))  # the workers inherit it
     cluster = executor.Dask(workers=2)
     try:
-        result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, 0.003,
-                                   metric=Top1KillingAWorkerOnce(), executor=cluster)
+        result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val,
+                                   Budget(Top1KillingAWorkerOnce(), 0.003), run=Run(executor=cluster))
     finally:
         cluster.close()
     assert marker.exists(), "no worker was killed"
@@ -119,8 +115,8 @@ def test_a_metric_that_cannot_travel_is_an_input_error(val):
     cluster = executor.Dask(workers=1)
     try:
         with pytest.raises(InputError, match="cannot be sent to the Dask workers"):
-            pipeline.compress(bundled("lenet300.tflite").read_bytes(), val[0], None, 0.01,
-                              metric=LossesUnderALock(), executor=cluster)
+            pipeline.compress(bundled("lenet300.tflite").read_bytes(), val[0], None, Budget(LossesUnderALock(), 0.01),
+                              run=Run(executor=cluster))
     finally:
         cluster.close()
 
@@ -129,6 +125,7 @@ def _dsz(*args):
     return subprocess.run([sys.executable, "-m", "pydsz.cli", *map(str, args)], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_cli_workers_and_cluster(val, local, tmp_path):
     data = tmp_path / "val.npz"
     np.savez(data, x=val[0], y=val[1])

@@ -69,6 +69,7 @@ def _cc_with_sanitizers() -> bool:
 
 
 @pytest.mark.skipif(not _cc_with_sanitizers(), reason="no C compiler with ASan + UBSan, or no make")
+@pytest.mark.slow
 def test_c_targets_replay_the_whole_corpus_under_sanitizers():
     r = subprocess.run(["make", "-C", str(FUZZ), "run-replay"], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]

@@ -143,6 +143,7 @@ def test_a_stream_of_the_wrong_size_is_refused():
 
 
 @pytest.mark.runtime
+@pytest.mark.slow
 def test_compress_gathers_the_constants_within_the_budget():
     x, y = load_npz(bundled("fmnist_val.npz"))
     result = compress(LENET5, x[:2000], y[:2000], 0.01, layers="all")

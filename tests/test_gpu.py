@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pydsz.context import Run
 from pydsz.errors import InputError
 from pydsz.gpu import device, reference
 
@@ -387,7 +388,7 @@ def test_gpu_adam_step_is_numpys_and_keeps_the_mask(gpu):
         g *= mask
         opt.step("w", expected, g, 1e-3 * (1 - t / 10))
         expected *= mask
-        p, m, v = train.adam_step(p, grad, m, v, mask, t, 1e-3 * (1 - t / 10))
+        p, m, v = train.adam_step(p, grad, (m, v), mask, t, 1e-3 * (1 - t / 10))
         np.testing.assert_array_equal(p.view(np.uint32), expected.view(np.uint32))
         assert not np.any(p[~mask])
 
@@ -418,9 +419,9 @@ def test_gpu_retrain_matches_numpy(gpu):
     layers = [trainer.Dense(l.name, l.weight * 4, l.bias, l.activation) for l in _tail(rng, (30, 40, 10), 0.0)]
     h = (rng.standard_normal((640, 30)) * 3).astype(np.float32)
     y = np.argmax(trainer.forward(layers, h), axis=1)
-    kw = dict(epochs=2, targets={"fc1": 0.8}, teacher=layers, distill=0.5)
-    cpu = trainer.retrain(layers, {}, h, y, device="cpu", **kw)
-    gpu_layers = trainer.retrain(layers, {}, h, y, device="gpu", **kw)
+    settings, kw = trainer.Retraining(epochs=2, distill=0.5), dict(targets={"fc1": 0.8}, teacher=layers)
+    cpu = trainer.retrain(layers, {}, h, y, settings, run=Run(device="cpu"), **kw)
+    gpu_layers = trainer.retrain(layers, {}, h, y, settings, run=Run(device="gpu"), **kw)
     for c, g in zip(cpu, gpu_layers):
         assert np.count_nonzero(g.weight) == np.count_nonzero(c.weight)
         assert np.mean((g.weight != 0) == (c.weight != 0)) >= 0.99  # a magnitude tie may break differently

@@ -25,6 +25,7 @@ def _pytest(*args):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_gpu_tests_pass_on_the_emulator():
     collected = _pytest("--collect-only", "-q", "-m", "gpu", "tests/test_gpu.py")
     marked = sum("::" in line for line in collected.stdout.splitlines())

@@ -7,6 +7,7 @@ import pytest
 
 from pydsz.bench import headtohead
 from pydsz.bench.baselines import litert, quantized
+from pydsz.budget.rule import Budget
 from pydsz.errors import InputError
 from pydsz.model import runtime
 from pydsz.model.data import bundled, load_npz
@@ -79,8 +80,8 @@ def splits():
 @pytest.mark.runtime
 def test_every_method_is_judged_by_the_interpreter_on_the_whole_file(splits):
     model = bundled("lenet5.tflite").read_bytes()
-    info = headtohead.run(model, *splits, 0.02, budgets=[0.02], bits=[8, 4], recipes=(),
-                          methods=(headtohead.OURS, headtohead.COMPENSATED))
+    sweep = headtohead.Sweep(budgets=[0.02], bits=[8, 4], recipes=(), methods=(headtohead.OURS, headtohead.COMPENSATED))
+    info = headtohead.benchmark(model, *splits, 0.02, sweep=sweep)
     by = {(p["method"], p["setting"]): p for p in info["points"]}
     assert by[headtohead.LOSSLESS, "-"]["test_loss"] == 0 and by[headtohead.LOSSLESS, "-"]["file_bytes"] == \
         info["zstd19_bytes"]
@@ -100,8 +101,9 @@ def test_every_method_is_judged_by_the_interpreter_on_the_whole_file(splits):
 @pytest.mark.runtime
 def test_a_budget_the_data_cannot_resolve_is_skipped_not_fatal():
     (x, y), (xt, yt) = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
-    info = headtohead.run(bundled("lenet5.tflite").read_bytes(), (x[:50], y[:50]), (xt[:50], yt[:50]), 0.001,
-                          metric="top1", bits=[8], recipes=(), methods=(headtohead.OURS,))
+    info = headtohead.benchmark(bundled("lenet5.tflite").read_bytes(), (x[:50], y[:50]), (xt[:50], yt[:50]),
+                                Budget("top1", 0.001), sweep=headtohead.Sweep(bits=[8], recipes=(),
+                                                                              methods=(headtohead.OURS,)))
     skipped = [p for p in info["points"] if "skipped" in p]
     assert [p["setting"] for p in skipped] == info["budgets"] and "too few" in skipped[0]["skipped"]
     assert info["comparisons"] == [] and any(p["method"] == headtohead.INTB for p in info["points"])
@@ -109,7 +111,8 @@ def test_a_budget_the_data_cannot_resolve_is_skipped_not_fatal():
 
 def test_unknown_variants_are_refused(splits):
     with pytest.raises(InputError, match="unknown pydsz variant"):
-        headtohead.run(bundled("lenet5.tflite").read_bytes(), *splits, methods=("pydsz turbo",))
+        headtohead.benchmark(bundled("lenet5.tflite").read_bytes(), *splits,
+                             sweep=headtohead.Sweep(methods=("pydsz turbo",)))
 
 
 @pytest.mark.runtime

@@ -71,6 +71,7 @@ def test_capture_is_the_same_mapped_or_not(monkeypatch):
     assert np.array_equal(in_memory, mapped)
 
 
+@pytest.mark.slow
 def test_compress_is_byte_identical_with_mapped_caches(tmp_path):
     outputs = []
     for limit in ([], ["--max-cache-memory", "0"]):

@@ -19,16 +19,6 @@ def load(name: str) -> TFLiteModel:
     return TFLiteModel((DATA / name).read_bytes())
 
 
-@pytest.fixture(scope="module")
-def lenet300():
-    return load("lenet300.tflite")
-
-
-@pytest.fixture(scope="module")
-def lenet5():
-    return load("lenet5.tflite")
-
-
 def build_tflite(tensors, ops, inputs, outputs):
     """A minimal .tflite file for models the converter will not make (int8 weights, odd tails).
 
@@ -148,35 +138,35 @@ FC_RELU = ("FullyConnectedOptions", {"FusedActivationFunction": tflite.Activatio
 
 # ---- layer discovery ----
 
-def test_lenet300_fc_layers_in_order(lenet300):
-    layers = lenet300.layers()
+def test_lenet300_fc_layers_in_order(lenet300_model):
+    layers = lenet300_model.layers()
     assert [layer.name for layer in layers] == ["fc1", "fc2", "fc3"]
     assert [layer.shape for layer in layers] == [(300, 784), (100, 300), (10, 100)]
     assert [layer.activation for layer in layers] == ["RELU", "RELU", "NONE"]
     assert all(layer.op == "FULLY_CONNECTED" and layer.compressible for layer in layers)
 
 
-def test_lenet300_layers_are_chained(lenet300):
-    fc1, fc2, fc3 = lenet300.layers()
+def test_lenet300_layers_are_chained(lenet300_model):
+    fc1, fc2, fc3 = lenet300_model.layers()
     assert fc2.input == fc1.output and fc3.input == fc2.output
     assert fc1.op_index < fc2.op_index < fc3.op_index
 
 
-def test_lenet5_conv_and_fc_layers(lenet5):
-    layers = lenet5.layers(kinds=("fc", "conv"))
+def test_lenet5_conv_and_fc_layers(lenet5_model):
+    layers = lenet5_model.layers(kinds=("fc", "conv"))
     assert [layer.name for layer in layers] == ["conv1", "conv2", "fc1", "fc2"]
     assert [layer.shape for layer in layers] == [(20, 5, 5, 1), (50, 5, 5, 20), (500, 800), (10, 500)]
-    assert [layer.name for layer in lenet5.layers(kinds=("conv",))] == ["conv1", "conv2"]
+    assert [layer.name for layer in lenet5_model.layers(kinds=("conv",))] == ["conv1", "conv2"]
 
 
-def test_unknown_kind_is_an_input_error(lenet5):
+def test_unknown_kind_is_an_input_error(lenet5_model):
     with pytest.raises(InputError, match="unknown layer kind"):
-        lenet5.layers(kinds=("lstm",))
+        lenet5_model.layers(kinds=("lstm",))
 
 
-def test_unknown_layer_name_lists_the_layers(lenet300):
+def test_unknown_layer_name_lists_the_layers(lenet300_model):
     with pytest.raises(InputError, match="no layer 'fc9'.*fc1, fc2, fc3"):
-        lenet300.layer("fc9")
+        lenet300_model.layer("fc9")
 
 
 @pytest.mark.parametrize("name", ["lenet300.tflite", "lenet5.tflite", "lenet300_ool.tflite", "shared.tflite"])
@@ -189,16 +179,16 @@ def test_bytes_at_offset_are_the_weight(name):
         assert model.data[layer.offset:layer.offset + layer.nbytes] == w.tobytes()
 
 
-def test_weight_is_read_only(lenet300):
+def test_weight_is_read_only(lenet300_model):
     with pytest.raises(ValueError):
-        lenet300.weight("fc1")[0, 0] = 1.0
+        lenet300_model.weight("fc1")[0, 0] = 1.0
 
 
-def test_out_of_line_buffers_give_the_same_weights(lenet300):
+def test_out_of_line_buffers_give_the_same_weights(lenet300_model):
     ool = load("lenet300_ool.tflite")
-    assert [layer.shape for layer in ool.layers()] == [layer.shape for layer in lenet300.layers()]
-    for a, b in zip(lenet300.layers(), ool.layers()):
-        np.testing.assert_array_equal(lenet300.weight(a), ool.weight(b))
+    assert [layer.shape for layer in ool.layers()] == [layer.shape for layer in lenet300_model.layers()]
+    for a, b in zip(lenet300_model.layers(), ool.layers()):
+        np.testing.assert_array_equal(lenet300_model.weight(a), ool.weight(b))
 
 
 def test_shared_buffer_is_listed_once():
@@ -213,36 +203,36 @@ def test_shared_buffer_is_listed_once():
         assert layer.buffer == group.buffer and set(layer.shared_with) == set(group.layers) - {name}
 
 
-def test_weight_buffers_cover_every_compressible_layer(lenet5):
-    groups = lenet5.weight_buffers(kinds=("fc", "conv"))
+def test_weight_buffers_cover_every_compressible_layer(lenet5_model):
+    groups = lenet5_model.weight_buffers(kinds=("fc", "conv"))
     assert [g.layers for g in groups] == [("conv1",), ("conv2",), ("fc1",), ("fc2",)]
     assert all(g.nbytes == 4 * np.prod(g.shape) for g in groups)
 
 
-def test_input_and_output_details(lenet300):
-    (inp,) = lenet300.input_details()
-    (out,) = lenet300.output_details()
+def test_input_and_output_details(lenet300_model):
+    (inp,) = lenet300_model.input_details()
+    (out,) = lenet300_model.output_details()
     assert inp["shape_signature"] == (-1, 784) and inp["dtype"] == np.float32
     assert out["shape"][-1] == 10
 
 
 # ---- replace ----
 
-def test_replace_round_trip(lenet300):
-    w = np.asarray(lenet300.weight("fc2")) * np.float32(0.5)
-    data = lenet300.replace({"fc2": w})
-    assert len(data) == len(lenet300.data)
+def test_replace_round_trip(lenet300_model):
+    w = np.asarray(lenet300_model.weight("fc2")) * np.float32(0.5)
+    data = lenet300_model.replace({"fc2": w})
+    assert len(data) == len(lenet300_model.data)
     again = TFLiteModel(data)
     np.testing.assert_array_equal(again.weight("fc2"), w)
-    layer = lenet300.layer("fc2")
-    assert data[:layer.offset] == lenet300.data[:layer.offset]
-    assert data[layer.offset + layer.nbytes:] == lenet300.data[layer.offset + layer.nbytes:]
+    layer = lenet300_model.layer("fc2")
+    assert data[:layer.offset] == lenet300_model.data[:layer.offset]
+    assert data[layer.offset + layer.nbytes:] == lenet300_model.data[layer.offset + layer.nbytes:]
 
 
-def test_replace_by_buffer_index(lenet300):
-    layer = lenet300.layer("fc3")
+def test_replace_by_buffer_index(lenet300_model):
+    layer = lenet300_model.layer("fc3")
     zeros = np.zeros(layer.shape, np.float32)
-    assert lenet300.replace({layer.buffer: zeros}) == lenet300.replace({"fc3": zeros})
+    assert lenet300_model.replace({layer.buffer: zeros}) == lenet300_model.replace({"fc3": zeros})
 
 
 def test_replace_out_of_line_model():
@@ -251,19 +241,19 @@ def test_replace_out_of_line_model():
     np.testing.assert_array_equal(TFLiteModel(ool.replace({"fc1": w})).weight("fc1"), w)
 
 
-def test_replace_casts_float64_to_float32(lenet300):
-    w = np.asarray(lenet300.weight("fc3"), np.float64) + 1
-    np.testing.assert_array_equal(TFLiteModel(lenet300.replace({"fc3": w})).weight("fc3"), w.astype(np.float32))
+def test_replace_casts_float64_to_float32(lenet300_model):
+    w = np.asarray(lenet300_model.weight("fc3"), np.float64) + 1
+    np.testing.assert_array_equal(TFLiteModel(lenet300_model.replace({"fc3": w})).weight("fc3"), w.astype(np.float32))
 
 
-def test_replace_checks_the_shape(lenet300):
+def test_replace_checks_the_shape(lenet300_model):
     with pytest.raises(InputError, match=r"fc2: array of shape \(300, 100\) does not match .*\(100, 300\)"):
-        lenet300.replace({"fc2": np.zeros((300, 100), np.float32)})
+        lenet300_model.replace({"fc2": np.zeros((300, 100), np.float32)})
 
 
-def test_replace_refuses_complex_values(lenet300):
+def test_replace_refuses_complex_values(lenet300_model):
     with pytest.raises(InputError, match="cannot store complex"):
-        lenet300.replace({"fc3": np.zeros((10, 100), np.complex64)})
+        lenet300_model.replace({"fc3": np.zeros((10, 100), np.complex64)})
 
 
 def test_replace_shared_buffer_with_two_arrays_is_an_error():
@@ -398,9 +388,9 @@ def test_empty_file():
 
 
 @pytest.mark.parametrize("fraction", [0.01, 0.1, 0.5, 0.9, 0.999])
-def test_truncated_file(lenet300, fraction):
+def test_truncated_file(lenet300_model, fraction):
     with pytest.raises(FormatError):
-        TFLiteModel(lenet300.data[:max(8, int(len(lenet300.data) * fraction))])
+        TFLiteModel(lenet300_model.data[:max(8, int(len(lenet300_model.data) * fraction))])
 
 
 def test_truncated_out_of_line_file():
@@ -410,8 +400,8 @@ def test_truncated_out_of_line_file():
         TFLiteModel(ool.data[:end - 1])
 
 
-def test_corrupt_root_offset(lenet300):
-    data = b"\xff\xff\xff\x7f" + lenet300.data[4:]
+def test_corrupt_root_offset(lenet300_model):
+    data = b"\xff\xff\xff\x7f" + lenet300_model.data[4:]
     with pytest.raises(FormatError):
         TFLiteModel(data)
 

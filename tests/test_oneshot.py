@@ -8,14 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_model import build_tflite, f32
 
-from pydsz.compress.compensation import SHARED_SAMPLES, Compensator
+from pydsz.budget.rule import Budget
+from pydsz.compress.compensation import SHARED_SAMPLES, Compensation, Compensator
 from pydsz.errors import InputError
 from pydsz.format import codec
 from pydsz.model import runtime
 from pydsz.model.data import bundled, load_npz
-from pydsz.model.graph import Layer, TFLiteModel
+from pydsz.model.graph import TFLiteModel
+from pydsz.model.tensors import Layer
 from pydsz.prune import gptq, oneshot
 from pydsz.prune.masks import density, magnitude_mask
+from pydsz.prune.train import Retraining
 
 DATA = Path(__file__).resolve().parent.parent / "pydsz" / "data"
 
@@ -24,16 +27,6 @@ DATA = Path(__file__).resolve().parent.parent / "pydsz" / "data"
 def calibration():
     x, _ = load_npz(DATA / "fmnist_val.npz")
     return x[:300]
-
-
-@pytest.fixture(scope="module")
-def lenet5():
-    return (DATA / "lenet5.tflite").read_bytes()
-
-
-@pytest.fixture(scope="module")
-def lenet300():
-    return (DATA / "lenet300.tflite").read_bytes()
 
 
 def _reference_conv(x, w, stride, dilation, padding):
@@ -271,6 +264,7 @@ def test_oneshot_prunes_without_labels(lenet300, calibration):
     assert result.top1_before is None and result.top1_after is None
 
 
+@pytest.mark.slow
 def test_compress_with_compensation_keeps_the_budget_and_the_bound_on_what_it_stores():
     from pydsz.compress import pipeline
     from pydsz.format import container
@@ -278,7 +272,7 @@ def test_compress_with_compensation_keeps_the_budget_and_the_bound_on_what_it_st
     x, y = load_npz(bundled("fmnist_val.npz"))
     x, y = x[:1000], y[:1000]
     data = bundled("lenet300.tflite").read_bytes()
-    result = pipeline.compress(data, x, y, 0.003, metric="top1", compensate=True)
+    result = pipeline.compress(data, x, y, Budget("top1", 0.003), compensation=Compensation(enabled=True))
     assert result.compensated == ["fc1", "fc2", "fc3"] and result.loss <= 0.003
     decoded, original = container.load(result.dsz).weights(), TFLiteModel(data)
     compensator = Compensator(data, x, result.compensated)
@@ -297,7 +291,8 @@ def test_masked_retraining_holds_the_one_shot_masks_and_recovers_accuracy(lenet3
     x, y = fashion_mnist("train")
     val = load_npz(DATA / "fmnist_val.npz")
     pruned = oneshot.prune_layers(lenet300, calibration, {"fc1": 0.94, "fc2": 0.92, "fc3": 0.5}).tflite
-    result = retrain_masked(pruned, lenet300, (x[:5000], y[:5000]), (val[0][:1000], val[1][:1000]), epochs=0.2)
+    result = retrain_masked(pruned, lenet300, (x[:5000], y[:5000]), (val[0][:1000], val[1][:1000]),
+                            settings=Retraining(epochs=0.2))
     before, after = TFLiteModel(pruned), TFLiteModel(result.tflite)
     for name in ("fc1", "fc2", "fc3"):
         zeros = before.weight(name) == 0
@@ -335,6 +330,7 @@ def test_compensation_from_a_disjoint_calibration_set_lowers_the_error_on_held_o
     assert _output_error(w, compensated, x) < 0.75 * _output_error(w, plain, x)
 
 
+@pytest.mark.slow
 def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data():
     from pydsz.compress import pipeline
     from pydsz.format import container
@@ -342,8 +338,8 @@ def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data
     x, y = load_npz(bundled("fmnist_val.npz"))
     data = bundled("lenet300.tflite").read_bytes()
     calibration = x[3000:4000]
-    result = pipeline.compress(data, x[:1000], y[:1000], 0.003, metric="top1", compensate=True,
-                               calibration=calibration)
+    result = pipeline.compress(data, x[:1000], y[:1000], Budget("top1", 0.003),
+                               compensation=Compensation(enabled=True, calibration=calibration))
     assert result.compensated == ["fc1", "fc2", "fc3"] and result.loss <= 0.003
     assert SHARED_SAMPLES not in result.warnings
     assert not any("calibration samples are also in the data" in w for w in result.warnings)
@@ -356,21 +352,23 @@ def test_compress_builds_the_hessians_from_the_calibration_set_not_from_the_data
     assert differs, "the stored weights are as close to a compensation on the data as to one on the calibration set"
 
 
+@pytest.mark.slow
 def test_compress_compensating_on_its_own_data_warns_that_they_share_the_samples():
     from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
-    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
-                               compensate=True)
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], Budget("top1", 0.003),
+                               compensation=Compensation(enabled=True))
     assert SHARED_SAMPLES in result.warnings
 
 
+@pytest.mark.slow
 def test_calibration_samples_that_are_also_in_the_data_are_counted_in_a_warning():
     from pydsz.compress import pipeline
 
     x, y = load_npz(bundled("fmnist_val.npz"))
-    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
-                               compensate=True, calibration=x[900:1200])
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], Budget("top1", 0.003),
+                               compensation=Compensation(enabled=True, calibration=x[900:1200]))
     assert any(w.startswith("100 of the 300 calibration samples are also in the data") for w in result.warnings)
 
 
@@ -379,8 +377,8 @@ def test_a_calibration_set_of_another_shape_is_refused_by_name():
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     with pytest.raises(InputError, match=r"calibration has samples of shape \(14, 14\)"):
-        pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
-                          compensate=True, calibration=x[:100, :14, :14])
+        pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], Budget("top1", 0.003),
+                          compensation=Compensation(enabled=True, calibration=x[:100, :14, :14]))
 
 
 def test_a_calibration_set_without_compensation_is_refused():
@@ -388,8 +386,8 @@ def test_a_calibration_set_without_compensation_is_refused():
 
     x, y = load_npz(bundled("fmnist_val.npz"))
     with pytest.raises(InputError, match="give compensate too"):
-        pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.003, metric="top1",
-                          compensate=False, calibration=x[1000:1100])
+        pipeline.compress(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], Budget("top1", 0.003),
+                          compensation=Compensation(enabled=False, calibration=x[1000:1100]))
 
 
 def test_too_few_calibration_samples_for_a_layer_are_named(lenet300):
@@ -421,14 +419,15 @@ def test_a_model_of_two_inputs_compensates_from_a_calibration_set_of_both():
 
     data = bundled("multitask.tflite").read_bytes()
     # 700 calibration samples: more than one capture chunk, so each input is cut along its samples
-    result = pipeline.compress(data, inputs(x[:600]), None, 0.01, layers="all", compensate=True,
-                               calibration=inputs(x[1000:1700]))
+    result = pipeline.compress(data, inputs(x[:600]), None, 0.01, layers="all",
+                               compensation=Compensation(enabled=True, calibration=inputs(x[1000:1700])))
     assert {"conv1", "fc1", "fc5"} <= set(result.compensated) and result.loss <= 0.01
     with pytest.raises(InputError, match="calibration: 1 input array"):
-        pipeline.compress(data, inputs(x[:600]), None, 0.01, layers="all", compensate=True,
-                          calibration=x[1000:1100])
+        pipeline.compress(data, inputs(x[:600]), None, 0.01, layers="all",
+                          compensation=Compensation(enabled=True, calibration=x[1000:1100]))
 
 
+@pytest.mark.slow
 def test_cli_compensates_from_a_directory_of_images_and_refuses_a_mismatched_set(tmp_path):
     from PIL import Image
     from test_cli import assert_user_error, dsz

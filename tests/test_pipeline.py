@@ -6,29 +6,19 @@ import numpy as np
 import pytest
 
 from pydsz.assess.ladder import Point
+from pydsz.budget.rule import Budget
 from pydsz.compress import demo, pipeline
 from pydsz.compress.report import layer_table, totals_line, write_report
 from pydsz.errors import InputError
 from pydsz.format import container
 from pydsz.gpu import device
 from pydsz.model import runtime
-from pydsz.model.data import bundled, load_npz
-
-
-@pytest.fixture(scope="module")
-def val():
-    x, y = load_npz(bundled("fmnist_val.npz"))
-    return x[:1000], y[:1000]
-
-
-@pytest.fixture(scope="module")
-def lenet300():
-    return bundled("lenet300.tflite").read_bytes()
+from pydsz.model.data import bundled
 
 
 @pytest.fixture(scope="module")
 def result(lenet300, val):
-    return pipeline.compress(lenet300, *val, max_loss=0.003)
+    return pipeline.compress(lenet300, *val, budget=0.003)
 
 
 def test_compress_stays_within_the_budget_measured_on_the_decoded_model(result, lenet300, val):
@@ -71,7 +61,7 @@ def test_verification_tightens_when_losses_do_not_add_up(lenet300, val, monkeypa
         return assessment
 
     monkeypatch.setattr(pipeline.plan, "assess", optimistic)
-    result = pipeline.compress(lenet300, *val, max_loss=0.002)
+    result = pipeline.compress(lenet300, *val, budget=0.002)
     assert len(result.attempts) > 1
     assert result.attempts[0]["loss"] > result.allowed
     assert result.before - result.after <= 0.002 + 1e-12
@@ -87,7 +77,7 @@ def test_target_ratio_gives_the_best_accuracy_at_that_size(lenet300, val):
 
 def test_reference_accuracy_shares_the_budget(lenet300, val):
     # an earlier step spent 0.3 points: no budget is left, nothing may be lost
-    result = pipeline.compress(lenet300, *val, max_loss=0.003, spent=0.003)
+    result = pipeline.compress(lenet300, *val, Budget(None, 0.003, spent=0.003))
     assert result.allowed == 0
     assert result.after >= result.before
 
@@ -95,7 +85,7 @@ def test_reference_accuracy_shares_the_budget(lenet300, val):
 @pytest.mark.parametrize("max_loss", [-0.1, 1.0, 2.0, float("nan")])
 def test_max_loss_outside_0_1_is_an_input_error(lenet300, val, max_loss):
     with pytest.raises(InputError, match="max-loss"):
-        pipeline.compress(lenet300, *val, max_loss=max_loss)
+        pipeline.compress(lenet300, *val, budget=max_loss)
 
 
 def test_labels_out_of_range_are_an_input_error(lenet300, val):

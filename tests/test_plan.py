@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from pydsz.assess import plan
 from pydsz.assess.ladder import GRID, MAX_FITTED, Fitted, Ladder, Point, scale
+from pydsz.budget.rule import Budget
 from pydsz.compress import pipeline
 from pydsz.errors import InputError
 from pydsz.model.data import bundled, load_npz
@@ -71,14 +72,14 @@ def test_the_ladder_starts_at_the_layers_scale_and_steps_down_while_it_loses():
 
 
 @pytest.fixture(scope="module")
-def val():
+def val500():
     x, y = load_npz(bundled("fmnist_val.npz"))
     return x[:500], y[:500]
 
 
-def test_a_smooth_metric_measures_fewer_bounds_than_the_ladder_and_meets_the_budget(val):
+def test_a_smooth_metric_measures_fewer_bounds_than_the_ladder_and_meets_the_budget(val500):
     data = bundled("lenet5.tflite").read_bytes()
-    fitted = pipeline.compress(data, val[0], None, 0.01, metric="output-error", layers="all")
+    fitted = pipeline.compress(data, val500[0], None, Budget("output-error", 0.01), layers="all")
     plans = {info["plan"] for info in fitted.assessment.values()}
     assert plans <= {"fitted", "group"} and fitted.loss <= 0.01
     per_layer = [info["evaluations"] for info in fitted.assessment.values() if info["plan"] == "fitted"]
@@ -86,12 +87,12 @@ def test_a_smooth_metric_measures_fewer_bounds_than_the_ladder_and_meets_the_bud
     assert all(info["seconds"] >= 0 and info["seconds_per_evaluation"] > 0 for info in fitted.assessment.values())
 
 
-def test_triage_groups_the_layers_that_cannot_pay_for_their_evaluations(val, monkeypatch):
+def test_triage_groups_the_layers_that_cannot_pay_for_their_evaluations(val500, monkeypatch):
     from pydsz.assess.evaluator import Evaluator
 
     data = bundled("lenet5.tflite").read_bytes()
     names = ["conv1", "conv2", "fc1", "fc2"]
-    evaluator = Evaluator(data, val[0], None, names, metric="output-error")
+    evaluator = Evaluator(data, val500[0], None, names, metric="output-error")
     # the convolutions made to look dear to evaluate and cheap in bytes: they go into one group
     monkeypatch.setattr(plan, "costs", lambda ev, ns: {n: 10.0 if n.startswith("conv") else 0.01 for n in ns})
     monkeypatch.setattr(plan, "savings", lambda ev, ns: {n: 10 if n.startswith("conv") else 100000 for n in ns})

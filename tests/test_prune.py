@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from pydsz.errors import InputError
 from pydsz.prune.masks import density, magnitude_mask
-from pydsz.prune.train import Dense, _gradients, count_correct, forward, retrain
+from pydsz.prune.train import Dense, Retraining, _gradients, count_correct, forward, retrain
 
 
 def _task(seed=0, n=6000, d=40, classes=5):
@@ -18,7 +18,7 @@ def _task(seed=0, n=6000, d=40, classes=5):
     y = np.argmax(x @ teacher.T, axis=1)
     layers = [Dense("fc1", rng.normal(size=(48, d)).astype(np.float32) * 0.002, np.zeros(48, np.float32), "RELU"),
               Dense("fc2", rng.normal(size=(classes, 48)).astype(np.float32) * 0.1, np.zeros(classes, np.float32))]
-    return x, y, retrain(layers, {}, x, y, epochs=10, lr=1e-2)
+    return x, y, retrain(layers, {}, x, y, Retraining(epochs=10, lr=1e-2))
 
 
 @pytest.mark.parametrize("sparsity", [0.0, 0.5, 0.92, 0.99])
@@ -131,7 +131,7 @@ def test_retraining_holds_the_masks_and_recovers_accuracy():
     masks = {l.name: magnitude_mask(l.weight, 0.7) for l in layers}
     pruned = [Dense(l.name, l.weight * masks[l.name], l.bias, l.activation) for l in layers]
     pruned_correct = count_correct(pruned, x, y)
-    retrained = retrain(pruned, masks, x, y, epochs=4, lr=1e-2)
+    retrained = retrain(pruned, masks, x, y, Retraining(epochs=4, lr=1e-2))
     for l in retrained:
         assert np.all(l.weight[~masks[l.name]] == 0)
         assert density(l.weight) == pytest.approx(0.3, abs=1e-3)
@@ -142,8 +142,8 @@ def test_retraining_holds_the_masks_and_recovers_accuracy():
 def test_retraining_is_deterministic_and_leaves_its_input_alone():
     x, y, layers = _task(n=1000)
     before = [l.weight.copy() for l in layers]
-    a = retrain(layers, {}, x, y, epochs=1, seed=3)
-    b = retrain(layers, {}, x, y, epochs=1, seed=3)
+    a = retrain(layers, {}, x, y, Retraining(epochs=1, seed=3))
+    b = retrain(layers, {}, x, y, Retraining(epochs=1, seed=3))
     assert all(np.array_equal(p.weight, q.weight) for p, q in zip(a, b))
     assert all(np.array_equal(l.weight, w) for l, w in zip(layers, before))
 
@@ -181,7 +181,7 @@ def test_retraining_in_slices_equals_retraining_whole_to_rounding(monkeypatch):
     from pydsz.prune import masks
 
     x, y, layers = _task(n=1000)
-    run = lambda: retrain(layers, {}, x, y, epochs=1, targets={"fc1": 0.8}, teacher=layers)  # noqa: E731
+    run = lambda: retrain(layers, {}, x, y, Retraining(epochs=1), targets={"fc1": 0.8}, teacher=layers)  # noqa: E731
     whole = run()
     monkeypatch.setattr(masks, "SLICE", 101)  # gradient blocks of 2 rows
     sliced = run()
@@ -228,7 +228,7 @@ def test_prune_model_reaches_the_asked_sparsity_and_holds_it(fmnist):
     from pydsz.prune.retraining import prune_model
 
     data = bundled("lenet300.tflite").read_bytes()
-    result = prune_model(data, *fmnist, {"fc1": 0.9, "fc2": 0.8}, epochs=1)
+    result = prune_model(data, *fmnist, {"fc1": 0.9, "fc2": 0.8}, settings=Retraining(epochs=1))
     w = _weights(result.tflite)
     assert 1 - density(w["fc1"]) == pytest.approx(0.9, abs=1e-4)
     assert 1 - density(w["fc2"]) == pytest.approx(0.8, abs=1e-3)
@@ -242,8 +242,8 @@ def test_already_sparse_layers_are_not_pruned_again(fmnist):
     from pydsz.prune.retraining import prune_model
 
     data = bundled("lenet300.tflite").read_bytes()
-    once = prune_model(data, *fmnist, {"fc1": 0.9, "fc2": 0.8, "fc3": 0.6}, epochs=1)
-    twice = prune_model(once.tflite, *fmnist, 0.95, epochs=1)
+    once = prune_model(data, *fmnist, {"fc1": 0.9, "fc2": 0.8, "fc3": 0.6}, settings=Retraining(epochs=1))
+    twice = prune_model(once.tflite, *fmnist, 0.95, settings=Retraining(epochs=1))
     assert twice.already_sparse == ["fc1", "fc2", "fc3"] and twice.pruned == []
     assert twice.tflite == once.tflite
 
@@ -253,7 +253,7 @@ def test_lenet5_keeps_its_conv_trunk(fmnist):
     from pydsz.prune.retraining import prune_model
 
     data = bundled("lenet5.tflite").read_bytes()
-    result = prune_model(data, *fmnist, 0.9, epochs=0.5)
+    result = prune_model(data, *fmnist, 0.9, settings=Retraining(epochs=0.5))
     before, after = _weights(data), _weights(result.tflite)
     assert np.array_equal(before["conv1"], after["conv1"]) and np.array_equal(before["conv2"], after["conv2"])
     assert 1 - density(after["fc1"]) == pytest.approx(0.9, abs=1e-4)
@@ -265,7 +265,7 @@ def test_auto_climbs_the_ladder(fmnist):
     from pydsz.prune.retraining import prune_model
 
     data = bundled("lenet300.tflite").read_bytes()
-    result = prune_model(data, *fmnist, "auto", epochs=0.5, auto_budget=0.05)
+    result = prune_model(data, *fmnist, "auto", auto_budget=0.05, settings=Retraining(epochs=0.5))
     assert result.pruned and set(result.pruned) <= {"fc1", "fc2", "fc3"}
     for name in result.pruned:
         assert any(result.sparsity[name] == pytest.approx(s, abs=2e-3) for s in AUTO_LADDER)
@@ -273,6 +273,7 @@ def test_auto_climbs_the_ladder(fmnist):
     assert result.top1_before - result.top1_after <= 0.05 + 1e-9
 
 
+@pytest.mark.slow
 def test_auto_bisects_above_the_brief_choice_by_full_retraining(fmnist):
     import re
 
@@ -281,7 +282,7 @@ def test_auto_bisects_above_the_brief_choice_by_full_retraining(fmnist):
 
     # one-epoch trials lose far more than four epochs of retraining do: the full retrainings go higher
     data = bundled("lenet300.tflite").read_bytes()
-    result = prune_model(data, *fmnist, "auto", epochs=4, auto_budget=0.02)
+    result = prune_model(data, *fmnist, "auto", auto_budget=0.02, settings=Retraining(epochs=4))
     family = next(re.fullmatch("auto chose the (.*) plan", n).group(1) for n in result.notes
                   if re.fullmatch("auto chose the (.*) plan", n))
     brief = _plan(next(n for n in result.notes if n.startswith(f"auto, {family}: ")), result.sparsity)
@@ -306,7 +307,7 @@ def test_auto_reports_a_validation_set_too_small_for_its_budget(fmnist):
     # 1,000 samples and a budget of 2: half an epoch of retraining alone flips dozens of predictions
     data = bundled("lenet300.tflite").read_bytes()
     with pytest.raises(InputError, match="validation set of 1000 samples too small .* pruning fc1, the largest layer"):
-        prune_model(data, *fmnist, "auto", epochs=0.5, auto_budget=0.002)
+        prune_model(data, *fmnist, "auto", auto_budget=0.002, settings=Retraining(epochs=0.5))
 
 
 def test_auto_decides_the_largest_layers_first():

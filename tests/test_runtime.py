@@ -20,17 +20,7 @@ DATA = Path(__file__).parents[1] / "pydsz" / "data"
 
 
 @pytest.fixture(scope="module")
-def lenet300():
-    return (DATA / "lenet300.tflite").read_bytes()
-
-
-@pytest.fixture(scope="module")
-def lenet5():
-    return (DATA / "lenet5.tflite").read_bytes()
-
-
-@pytest.fixture(scope="module")
-def test_set():
+def held_out():
     with np.load(DATA / "fmnist_test.npz") as f:
         return f["x"][:2000], f["y"][:2000]
 
@@ -59,32 +49,32 @@ def test_missing_runtime_names_the_extra(monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(RUNTIMES))
-def test_every_installed_runtime_gives_the_same_predictions(name, lenet5, test_set):
+def test_every_installed_runtime_gives_the_same_predictions(name, lenet5, held_out):
     try:
         interpreter = make_interpreter(lenet5, runtime=name)
     except DszError as exc:
         pytest.skip(str(exc))
-    x, _ = test_set
+    x, _ = held_out
     np.testing.assert_allclose(runtime.predict(interpreter, x[:200]), runtime.predict(lenet5, x[:200]), atol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(RUNTIMES))
 def test_a_model_over_the_repack_limit_runs_on_the_builtin_kernels_with_the_same_predictions(
-        name, lenet5, test_set, monkeypatch):
+        name, lenet5, held_out, monkeypatch):
     try:
-        reference = runtime.predict(make_interpreter(lenet5, runtime=name), test_set[0][:200])
+        reference = runtime.predict(make_interpreter(lenet5, runtime=name), held_out[0][:200])
     except DszError as exc:
         pytest.skip(str(exc))
     monkeypatch.setattr("pydsz.format.interpreter.REPACK_LIMIT", len(lenet5) - 1)
     builtin = make_interpreter(lenet5, runtime=name)
-    np.testing.assert_allclose(runtime.predict(builtin, test_set[0][:200]), reference, atol=1e-5)
+    np.testing.assert_allclose(runtime.predict(builtin, held_out[0][:200]), reference, atol=1e-5)
 
 
 def _rss() -> int:
     return next(int(line.split()[1]) << 10 for line in open("/proc/self/status") if line.startswith("VmRSS"))
 
 
-def test_a_model_over_the_repack_limit_keeps_no_copy_of_its_weights(test_set):
+def test_a_model_over_the_repack_limit_keeps_no_copy_of_its_weights(held_out):
     # one 4160x4096 dense layer: 68 MB of weights, over the limit; XNNPACK would add a copy of them
     rng = np.random.default_rng(0)
     w = rng.normal(0, 0.01, (4096, 4160)).astype(np.float32)
@@ -111,27 +101,27 @@ def test_make_interpreter_rejects_garbage():
 
 
 @pytest.mark.parametrize("name", ["lenet300", "lenet5"])
-def test_predict_reshapes_uint8_images(name, request, test_set):
-    x, _ = test_set
+def test_predict_reshapes_uint8_images(name, request, held_out):
+    x, _ = held_out
     out = runtime.predict(request.getfixturevalue(name), x[:300], batch_size=128)
     assert out.shape == (300, 10) and out.dtype == np.float32
     np.testing.assert_allclose(out.sum(axis=1), 1, atol=1e-5)  # softmax
 
 
-def test_predict_does_not_depend_on_the_batch_size(lenet5, test_set):
-    x, _ = test_set
+def test_predict_does_not_depend_on_the_batch_size(lenet5, held_out):
+    x, _ = held_out
     a = runtime.predict(lenet5, x[:200], batch_size=200)
     b = runtime.predict(lenet5, x[:200], batch_size=7)
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_predict_accepts_flat_samples_for_an_image_model(lenet5, test_set):
-    x, _ = test_set
+def test_predict_accepts_flat_samples_for_an_image_model(lenet5, held_out):
+    x, _ = held_out
     np.testing.assert_array_equal(runtime.predict(lenet5, x[:50]), runtime.predict(lenet5, x[:50].reshape(50, 784)))
 
 
-def test_predict_reuses_an_interpreter(lenet300, test_set):
-    x, _ = test_set
+def test_predict_reuses_an_interpreter(lenet300, held_out):
+    x, _ = held_out
     interpreter = make_interpreter(lenet300)
     first = runtime.predict(interpreter, x[:100], batch_size=64)
     np.testing.assert_array_equal(runtime.predict(interpreter, x[:100], batch_size=64), first)
@@ -174,26 +164,26 @@ def test_predict_needs_a_sample(lenet300):
         runtime.predict(lenet300, np.zeros((0, 784), np.float32))
 
 
-def test_accuracy_of_the_reference_models(lenet300, lenet5, test_set):
-    x, y = test_set
+def test_accuracy_of_the_reference_models(lenet300, lenet5, held_out):
+    x, y = held_out
     assert runtime.accuracy(lenet300, x, y) > 0.8
     assert runtime.accuracy(lenet5, x, y) > 0.8
 
 
-def test_accuracy_rejects_labels_out_of_range(lenet300, test_set):
-    x, y = test_set
+def test_accuracy_rejects_labels_out_of_range(lenet300, held_out):
+    x, y = held_out
     with pytest.raises(InputError, match=r"labels range over 0\.\.10 but the model has 10 outputs"):
         runtime.accuracy(lenet300, x[:3], np.array([0, 10, 2]))
 
 
-def test_accuracy_rejects_label_count_mismatch(lenet300, test_set):
-    x, y = test_set
+def test_accuracy_rejects_label_count_mismatch(lenet300, held_out):
+    x, y = held_out
     with pytest.raises(InputError, match="vector of 10 labels"):
         runtime.accuracy(lenet300, x[:10], y[:9])
 
 
-def test_capture_the_input_of_the_first_fc_layer(lenet5, test_set):
-    x, _ = test_set
+def test_capture_the_input_of_the_first_fc_layer(lenet5, held_out):
+    x, _ = held_out
     fc1 = TFLiteModel(lenet5).layer("fc1")
     h = runtime.capture(lenet5, x[:100], fc1.input, batch_size=32)
     assert h.shape == (100, 800) and h.dtype == np.float32
@@ -202,10 +192,10 @@ def test_capture_the_input_of_the_first_fc_layer(lenet5, test_set):
     np.testing.assert_allclose(runtime.capture(lenet5, x[:100], fc1.input, batch_size=100), h, rtol=1e-5, atol=1e-6)
 
 
-def test_capture_batches_hold_the_preserved_tensors_within_their_bytes(lenet5, test_set, monkeypatch):
+def test_capture_batches_hold_the_preserved_tensors_within_their_bytes(lenet5, held_out, monkeypatch):
     """The default batch keeps every preserved tensor of a batch within CAPTURE_BYTES (LeNet-5 keeps
     about 85 KB a sample: 200 KB allows 2 samples), and the values are those of a batch of 256, bit for bit."""
-    x, _ = test_set
+    x, _ = held_out
     fc1 = TFLiteModel(lenet5).layer("fc1")
     whole = runtime.capture(lenet5, x[:50], fc1.input, batch_size=256)
     batches = []
@@ -218,11 +208,11 @@ def test_capture_batches_hold_the_preserved_tensors_within_their_bytes(lenet5, t
     assert np.array_equal(small.view(np.uint32), whole.view(np.uint32))
 
 
-def test_outputs_batches_hold_the_tensors_within_their_bytes(lenet5, test_set, monkeypatch):
+def test_outputs_batches_hold_the_tensors_within_their_bytes(lenet5, held_out, monkeypatch):
     """outputs() sizes its default batch by BATCH_BYTES (LeNet-5: about 85 KB a sample, 200 KB allow 2),
     to the same outputs as a batch of 256 up to float rounding (tflite-runtime 2.14's kernels round a
     sample differently in another batch; LiteRT's do not)."""
-    x, _ = test_set
+    x, _ = held_out
     keys = [d["key"] for d in TFLiteModel(lenet5).output_details()]
     whole = runtime.outputs(lenet5, x[:50], keys, batch_size=256)
     batches = []
@@ -238,22 +228,22 @@ def test_outputs_batches_hold_the_tensors_within_their_bytes(lenet5, test_set, m
         assert np.array_equal(small[k].argmax(axis=-1), whole[k].argmax(axis=-1))
 
 
-def test_capture_of_the_output_is_the_prediction(lenet300, test_set):
-    x, _ = test_set
+def test_capture_of_the_output_is_the_prediction(lenet300, held_out):
+    x, _ = held_out
     (out,) = TFLiteModel(lenet300).output_details()
     np.testing.assert_allclose(runtime.capture(lenet300, x[:64], out["index"]), runtime.predict(lenet300, x[:64]),
                                atol=1e-6)
 
 
-def test_capture_rejects_a_tensor_without_batch_axis(lenet300, test_set):
-    x, _ = test_set
+def test_capture_rejects_a_tensor_without_batch_axis(lenet300, held_out):
+    x, _ = held_out
     fc1 = TFLiteModel(lenet300).layer("fc1")
     with pytest.raises(InputError, match="no batch axis"):
         runtime.capture(lenet300, x[:4], fc1.weight)
 
 
-def test_capture_rejects_a_bad_tensor_index(lenet300, test_set):
-    x, _ = test_set
+def test_capture_rejects_a_bad_tensor_index(lenet300, held_out):
+    x, _ = held_out
     with pytest.raises(InputError, match="tensor 9999 out of range"):
         runtime.capture(lenet300, x[:4], 9999)
 

@@ -169,7 +169,7 @@ def test_the_evaluator_decodes_candidates_of_sparse_layers_straight_into_csr(len
     assert (point.loss, point.lost, point.gained) == (lambda m: (m.loss, m.lost, m.gained))(
         evaluator.measure({"fc1": dense["fc1"]}))
     # the interpreter takes arrays: an evaluator without the tail decodes dense
-    slow = Evaluator(lenet300_pruned.data, x, y, ["fc1", "fc2", "fc3"], use_tail=False)
+    slow = Evaluator(lenet300_pruned.data, x, y, ["fc1", "fc2", "fc3"], paths=("cut",))
     assert all(isinstance(w, np.ndarray) for w in slow.weights_at(bounds).values())
 
 

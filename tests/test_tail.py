@@ -20,22 +20,6 @@ ACT = tflite.ActivationFunctionType
 INT32 = tflite.TensorType.INT32
 
 
-@pytest.fixture(scope="module")
-def test_set():
-    with np.load(DATA / "fmnist_test.npz") as f:
-        return f["x"], f["y"]
-
-
-@pytest.fixture(scope="module")
-def lenet300():
-    return TFLiteModel((DATA / "lenet300.tflite").read_bytes())
-
-
-@pytest.fixture(scope="module")
-def lenet5():
-    return TFLiteModel((DATA / "lenet5.tflite").read_bytes())
-
-
 _captured = {}
 
 
@@ -69,11 +53,11 @@ def test_tail_agrees_with_the_interpreter(model_name, start, layers, request, te
     assert_agrees(tail, model.data, test_set[0])
 
 
-def test_tail_accuracy_equals_the_interpreter(lenet5, test_set):
+def test_tail_accuracy_equals_the_interpreter(lenet5_model, test_set):
     x, y = test_set
-    tail = Tail.from_model(lenet5, "fc1")
-    h = captured(lenet5.data, x, tail.input_tensor)
-    assert abs(tail.accuracy(h, y) - runtime.accuracy(lenet5.data, x, y)) <= 1 / len(y)
+    tail = Tail.from_model(lenet5_model, "fc1")
+    h = captured(lenet5_model.data, x, tail.input_tensor)
+    assert abs(tail.accuracy(h, y) - runtime.accuracy(lenet5_model.data, x, y)) <= 1 / len(y)
 
 
 @pytest.mark.parametrize("model_name, start, layer", [("lenet300", "fc1", "fc2"), ("lenet5", "fc1", "fc1")])
@@ -90,27 +74,27 @@ def test_plugged_in_weights_match_a_replaced_model(model_name, start, layer, req
     assert not np.allclose(tail.forward(h), replaced, atol=1e-3)  # the change is visible
 
 
-def test_forward_batches_in_chunks(lenet300, test_set):
-    tail = Tail.from_model(lenet300, "fc2")
-    h = runtime.capture(lenet300.data, test_set[0][:1000], tail.input_tensor)
+def test_forward_batches_in_chunks(lenet300_model, test_set):
+    tail = Tail.from_model(lenet300_model, "fc2")
+    h = runtime.capture(lenet300_model.data, test_set[0][:1000], tail.input_tensor)
     np.testing.assert_allclose(tail.forward(h, chunk=77), tail.forward(h), atol=1e-5)
 
 
-def test_input_of_a_later_layer_feeds_its_own_tail(lenet300, test_set):
-    full = Tail.from_model(lenet300, "fc1")
-    later = Tail.from_model(lenet300, "fc3")
-    h = runtime.capture(lenet300.data, test_set[0][:500], full.input_tensor)
+def test_input_of_a_later_layer_feeds_its_own_tail(lenet300_model, test_set):
+    full = Tail.from_model(lenet300_model, "fc1")
+    later = Tail.from_model(lenet300_model, "fc3")
+    h = runtime.capture(lenet300_model.data, test_set[0][:500], full.input_tensor)
     h3 = full.input_of(h, "fc3")
     assert h3.shape == (500, 100)
-    np.testing.assert_allclose(h3, runtime.capture(lenet300.data, test_set[0][:500], later.input_tensor), atol=1e-5)
+    np.testing.assert_allclose(h3, runtime.capture(lenet300_model.data, test_set[0][:500], later.input_tensor), atol=1e-5)
     w = np.zeros((10, 100), np.float32)
     np.testing.assert_allclose(later.forward(h3, weights={"fc3": w}), full.forward(h, weights={"fc3": w}), atol=1e-6)
 
 
 @pytest.mark.parametrize("layer", ["fc1", "fc2", "fc3"])
-def test_forward_from_a_layer_gives_forwards_numbers_exactly(lenet300, test_set, layer):
-    tail = Tail.from_model(lenet300, "fc1")
-    h = runtime.capture(lenet300.data, test_set[0][:700], tail.input_tensor)
+def test_forward_from_a_layer_gives_forwards_numbers_exactly(lenet300_model, test_set, layer):
+    tail = Tail.from_model(lenet300_model, "fc1")
+    h = runtime.capture(lenet300_model.data, test_set[0][:700], tail.input_tensor)
     later = {name: tail.weights[name] * np.float32(0.9) for name in tail.layers[tail.layers.index(layer):]}
     for chunk in (None, 256):
         np.testing.assert_array_equal(tail.forward_from(layer, tail.input_of(h, layer, chunk=chunk), later, chunk=chunk),
@@ -119,66 +103,66 @@ def test_forward_from_a_layer_gives_forwards_numbers_exactly(lenet300, test_set,
         tail.forward_from("fc2", h)
 
 
-def test_input_of_the_first_layer_is_a_copy_of_h(lenet300):
-    tail = Tail.from_model(lenet300, "fc2")
+def test_input_of_the_first_layer_is_a_copy_of_h(lenet300_model):
+    tail = Tail.from_model(lenet300_model, "fc2")
     h = np.ones((3, 300), np.float32)
     out = tail.input_of(h, "fc2")
     np.testing.assert_array_equal(out, h)
     assert not np.shares_memory(out, h)
 
 
-def test_forward_leaves_h_alone(lenet300, test_set):
-    tail = Tail.from_model(lenet300, "fc2")
-    h = runtime.capture(lenet300.data, test_set[0][:100], tail.input_tensor)
+def test_forward_leaves_h_alone(lenet300_model, test_set):
+    tail = Tail.from_model(lenet300_model, "fc2")
+    h = runtime.capture(lenet300_model.data, test_set[0][:100], tail.input_tensor)
     before = h.copy()
     tail.forward(h)
     np.testing.assert_array_equal(h, before)
 
 
-def test_weights_are_the_models_own_read_only(lenet300):
+def test_weights_are_the_models_own_read_only(lenet300_model):
     """The tail's weights are views of the model's float32 bytes (no copy of a large model's tail),
     which nothing can write through."""
-    tail = Tail.from_model(lenet300, "fc1")
-    data = np.frombuffer(lenet300.data, np.uint8)
+    tail = Tail.from_model(lenet300_model, "fc1")
+    data = np.frombuffer(lenet300_model.data, np.uint8)
     for name in tail.layers:
-        np.testing.assert_array_equal(tail.weights[name], lenet300.weight(name))
+        np.testing.assert_array_equal(tail.weights[name], lenet300_model.weight(name))
         assert tail.weights[name].dtype == np.float32 and np.shares_memory(tail.weights[name], data)
         assert not tail.weights[name].flags.writeable
-        assert tail.biases[name].shape == (lenet300.layer(name).shape[0],)
+        assert tail.biases[name].shape == (lenet300_model.layer(name).shape[0],)
 
 
-def test_unknown_layer_override_is_an_error(lenet300):
-    tail = Tail.from_model(lenet300, "fc2")
+def test_unknown_layer_override_is_an_error(lenet300_model):
+    tail = Tail.from_model(lenet300_model, "fc2")
     with pytest.raises(InputError, match="no layer 'fc1' in the tail"):
         tail.forward(np.zeros((2, 300), np.float32), weights={"fc1": np.zeros((300, 784))})
 
 
-def test_override_of_the_wrong_shape_is_an_error(lenet300):
-    tail = Tail.from_model(lenet300, "fc2")
+def test_override_of_the_wrong_shape_is_an_error(lenet300_model):
+    tail = Tail.from_model(lenet300_model, "fc2")
     with pytest.raises(InputError, match=r"weights for fc2: shape \(300, 100\) instead of \(100, 300\)"):
         tail.forward(np.zeros((2, 300), np.float32), weights={"fc2": np.zeros((300, 100))})
 
 
-def test_h_of_the_wrong_shape_is_an_error(lenet300):
+def test_h_of_the_wrong_shape_is_an_error(lenet300_model):
     with pytest.raises(InputError, match=r"h has samples of shape \(784,\) but the tail takes \(300,\)"):
-        Tail.from_model(lenet300, "fc2").forward(np.zeros((2, 784), np.float32))
+        Tail.from_model(lenet300_model, "fc2").forward(np.zeros((2, 784), np.float32))
 
 
-def test_labels_are_checked(lenet300):
-    tail = Tail.from_model(lenet300, "fc3")
+def test_labels_are_checked(lenet300_model):
+    tail = Tail.from_model(lenet300_model, "fc3")
     with pytest.raises(InputError, match="labels range"):
         tail.accuracy(np.zeros((2, 100), np.float32), np.array([3, 12]))
 
 
-def test_a_conv_layer_is_not_a_tail_start(lenet5):
-    assert Tail.from_model(lenet5, "conv2") is None
+def test_a_conv_layer_is_not_a_tail_start(lenet5_model):
+    assert Tail.from_model(lenet5_model, "conv2") is None
     with pytest.raises(InputError, match="conv2 is a CONV_2D layer"):
-        Tail.from_model(lenet5, "conv2", strict=True)
+        Tail.from_model(lenet5_model, "conv2", strict=True)
 
 
-def test_unknown_start_is_an_input_error(lenet5):
+def test_unknown_start_is_an_input_error(lenet5_model):
     with pytest.raises(InputError, match="no layer 'fc7'"):
-        Tail.from_model(lenet5, "fc7")
+        Tail.from_model(lenet5_model, "fc7")
 
 
 # ---- ops beyond the reference models, on small hand-built graphs ----

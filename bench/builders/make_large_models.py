@@ -36,6 +36,9 @@ import flatbuffers
 import numpy as np
 import tflite
 
+from pydsz.context import Run
+from pydsz.prune.train import Retraining
+
 CACHE = Path(os.environ.get("DSZ_LARGE_CACHE", Path.home() / ".cache" / "pydsz" / "large"))
 SEED = 0
 ALIGN = 16  # TFLite aligns constants to 16 bytes
@@ -281,7 +284,8 @@ def build(spec: Spec, progress: bool = True, num_threads: int = 2) -> Path:
     h = runtime.capture(model.data, x[..., None].astype(np.float32), features, num_threads=num_threads)
     del model
     captured = time.time() - start
-    layers = retrain(layers, {}, h, y, epochs=spec.epochs, batch_size=spec.batch_size, seed=SEED, progress=progress)
+    layers = retrain(layers, {}, h, y, Retraining(epochs=spec.epochs, batch_size=spec.batch_size, seed=SEED),
+                     run=Run(progress=progress))
     del h
     trained = time.time() - start - captured
     trained_path = CACHE / f"{spec.name}.trained.tflite"

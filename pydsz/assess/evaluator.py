@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from pydsz.budget import metrics
+from pydsz.context import Run
 from pydsz.encode.tensor import as_weight, decode, encode
 from pydsz.errors import InputError
 from pydsz.format import codec
@@ -35,6 +36,8 @@ CUT_TOLERANCE = 1e-3
 # the same values) is counted against the whole model's; the others' baselines are kept up to this
 # many bytes (BirdNET's outputs: 8 MB for 300 samples, 80 cuts would hold 600 MB), then computed again
 BASELINE_BYTES = 64 << 20
+# the faster paths an Evaluator may take where they apply: the numpy tail, sub-models from cuts
+PATHS = ("tail", "cut")
 
 
 @dataclass(frozen=True)
@@ -56,16 +59,14 @@ class EvaluatorState:
     y: object
     layer_names: tuple
     metric: object
-    num_threads: Optional[int]
-    use_tail: bool
-    device: str
+    run: Run  # its threads and device; never an executor (a cluster's client does not travel)
     compensator: object  # as Evaluator takes it: None or a pydsz.compress.compensation.Compensator
-    use_cut: bool = True
+    paths: tuple = PATHS
     token: str = field(default_factory=lambda: uuid.uuid4().hex)  # names this state on the workers
 
     def build(self) -> "Evaluator":
-        return Evaluator(self.tflite, self.x, self.y, self.layer_names, self.metric, self.num_threads,
-                         self.use_tail, self.device, self.compensator, self.use_cut)
+        return Evaluator(self.tflite, self.x, self.y, self.layer_names, self.metric, run=self.run,
+                         compensator=self.compensator, paths=self.paths)
 
 
 class Evaluator:
@@ -73,14 +74,14 @@ class Evaluator:
 
     Weights of layers the numpy tail covers (the FC chain from the first FC layer among
     `layer_names` from which numpy runs the rest of the model) are evaluated on the tail's cached
-    input; any other layer (a conv layer, or use_tail=False) goes through the interpreter, from the
-    cut before the earliest changed layer (use_cut=False: the whole model). Losses are counted
+    input; any other layer (a conv layer, or "tail" not among `paths`) goes through the interpreter,
+    from the cut before the earliest changed layer ("cut" not among `paths`: the whole model). Losses are counted
     against the same path's own baseline outputs (see the module's docstring). y: integer labels,
     or None where the metric needs none.
 
-    device "gpu" runs the tail on the GPU (pydsz.gpu.evaluate) for top1 and agreement when it holds
-    only ops the GPU path runs; otherwise the tail stays in numpy and `cpu_reason` says why.
-    `device` is what runs the tail.
+    run: the interpreter's threads, and the device: "gpu" runs the tail on the GPU (pydsz.gpu.evaluate)
+    for top1 and agreement when it holds only ops the GPU path runs; otherwise the tail stays in numpy
+    and `cpu_reason` says why. `device` is what runs the tail.
 
     compensator (pydsz.compress.compensation): the candidates of the layers it holds are its compensated
     weights at each bound instead of the weights as they are: `candidate` says what a layer is
@@ -88,18 +89,21 @@ class Evaluator:
     """
 
     def __init__(self, tflite_bytes: bytes, x, y, layer_names: Sequence[str],
-                 metric: Union[str, metrics.Metric, Callable] = "top1", num_threads: Optional[int] = None,
-                 use_tail: bool = True, device: str = "cpu", compensator=None, use_cut: bool = True):
+                 metric: Union[str, metrics.Metric, Callable] = "top1", *, run: Run = Run(), compensator=None,
+                 paths: Sequence[str] = PATHS):
         from pydsz.model.tail import Tail
 
         self.model = TFLiteModel(tflite_bytes)
         self.bytes = bytes(tflite_bytes)
-        self.layer_names, self.use_tail = tuple(layer_names), use_tail
+        unknown = set(paths) - set(PATHS)
+        if unknown:
+            raise InputError(f"unknown evaluation path(s) {sorted(unknown)}: choose from {', '.join(PATHS)}")
+        self.layer_names, self.paths = tuple(layer_names), tuple(paths)
+        num_threads = self.num_threads = run.num_threads
         # by position from here on: the interpreter knows the inputs by tensor name only
         self.x = runtime.fit_inputs(self.model.input_details(), x)
         self.y = None if y is None else np.asarray(y)
         self.metric = metrics.get(metric)
-        self.num_threads = num_threads
         self.keys = [d["key"] for d in self.model.output_details()]
         self.probe = runtime.probe(self.model, self.x)
         self.batch = max(1, min(runtime.DEFAULT_BATCH, runtime.BATCH_BYTES // max(1, self.probe.sample_bytes)))
@@ -113,13 +117,12 @@ class Evaluator:
         self.metric.check(self.outputs, self.y)
         fcs = sorted((self.model.layer(n) for n in layer_names if self.model.layer(n).kind == "fc"),
                      key=lambda layer: layer.op_index)
-        tails = (Tail.from_model(self.model, layer.name) for layer in fcs) if use_tail else ()
+        tails = (Tail.from_model(self.model, layer.name) for layer in fcs) if "tail" in self.paths else ()
         self.tail = next((tail for tail in tails if tail is not None), None)
         self.h = runtime.capture(self.bytes, self.x, self.tail.input_tensor, num_threads=num_threads) if self.tail else None
         if self.tail:
             self._tail_output = self.keys[list(self.model.outputs).index(self.tail.output_tensor)]
         self._baseline: dict = {}  # path -> (its outputs, its per-sample losses)
-        self.use_cut = use_cut
         self._graph: Optional[cut.Graph] = None
         self._chain = None
         self._untrusted: dict = {}  # cut -> why the whole model runs instead
@@ -131,15 +134,15 @@ class Evaluator:
         self.patterns: dict[str, tuple] = {}  # layer -> (its stored weights, their codec.sparse_index)
         self.compensator = compensator
         self.device, self.cpu_reason, self._gpu = "cpu", None, None
-        if device == "gpu":
+        if run.device == "gpu":
             self._use_gpu()
-        elif device != "cpu":
-            raise InputError(f"device must be cpu or gpu here, not {device!r}")
+        elif run.device != "cpu":
+            raise InputError(f"device must be cpu or gpu here, not {run.device!r}")
 
     def state(self) -> EvaluatorState:
         """This Evaluator's making, for another process to build the same one."""
-        return EvaluatorState(self.bytes, self.x, self.y, self.layer_names, self.metric, self.num_threads,
-                              self.use_tail, self.device, self.compensator, self.use_cut)
+        return EvaluatorState(self.bytes, self.x, self.y, self.layer_names, self.metric,
+                              Run(self.num_threads, self.device), self.compensator, self.paths)
 
     def candidate(self, name: str, bound: float) -> np.ndarray:
         """What layer `name` is encoded from at `bound`: its stored weights, or, with compensation, its
@@ -226,7 +229,7 @@ class Evaluator:
         """Where a candidate changing layers `names` is evaluated: "tail", the op of its cut, or "whole"."""
         if self.tail is not None and set(names) <= set(self.tail.layers):
             return "tail"
-        if not self.use_cut or not names:
+        if "cut" not in self.paths or not names:
             return "whole"
         if self._graph is None:
             self._graph = cut.Graph(self.model, self.probe.rows)
@@ -238,7 +241,7 @@ class Evaluator:
     @property
     def cut_reason(self) -> Optional[str]:
         """Why candidates run the whole model rather than from their cut, or None."""
-        if not self.use_cut:
+        if "cut" not in self.paths:
             return "cuts are turned off"
         if self._graph is not None and self._graph.reason is not None:
             return f"the model cannot be cut: {self._graph.reason}"

@@ -89,8 +89,8 @@ def top(weight: np.ndarray) -> float:
 class _Plan:
     """What both plans share: bound 0 in parts, the results, the tasks handed out."""
 
-    def __init__(self, name: str, weight: Optional[np.ndarray], budget: float, parts: Optional[int] = None):
-        self.name, self.budget = name, budget
+    def __init__(self, name: str, weight: Optional[np.ndarray], allowed: float, parts: Optional[int] = None):
+        self.name, self.allowed = name, allowed
         self.integer = weight is not None and weight.dtype.kind in "iu"
         if parts is None:
             parts = 1 if self.integer else len(lossless_parts(codec.stored_array(weight)))
@@ -129,11 +129,11 @@ class Ladder(_Plan):
     work); `points()` is what measuring one bound after the other gives, whatever else was measured
     and in whichever order the results came."""
 
-    def __init__(self, name: str, weight: np.ndarray, budget: float, discrete: bool,
+    def __init__(self, name: str, weight: np.ndarray, allowed: float, discrete: bool,
                  unit: Optional[float] = None, parts: Optional[int] = None):
-        super().__init__(name, weight, budget, parts)
+        super().__init__(name, weight, allowed, parts)
         # clearly beyond the budget, with margin for noise (a point may overshoot and the next fall back)
-        self.stop = max(2 * budget, budget + 10) if discrete else 2 * budget
+        self.stop = max(2 * allowed, allowed + 10) if discrete else 2 * allowed
         highest = 1.0 if self.integer else top(weight)
         if self.integer:
             self.ladder, self.start = [float(steps) for steps in STEP_LADDER], 0
@@ -177,7 +177,7 @@ class Ladder(_Plan):
         if self.integer:
             return []
         return [lo.bound * 2 ** (k / REFINE_STEPS) for lo, hi in zip(climbed, climbed[1:])
-                if hi.loss > 0 and lo.loss <= self.budget for k in range(1, REFINE_STEPS)]
+                if hi.loss > 0 and lo.loss <= self.allowed for k in range(1, REFINE_STEPS)]
 
     def next(self) -> Optional[tuple[float, int]]:
         """A task, (bound, part), to measure now, or None: all handed out, or waiting for results."""
@@ -214,14 +214,14 @@ class Fitted(_Plan):
     `want(bound)` adds bounds (on the same grid) that the allocation picked, one at a time.
     Sequential: nothing is handed out while a bound is being measured."""
 
-    def __init__(self, name: str, weight: Optional[np.ndarray], budget: float, exponent: float, low: float,
+    def __init__(self, name: str, weight: Optional[np.ndarray], allowed: float, exponent: float, low: float,
                  unit: Optional[float] = None, highest: Optional[float] = None, parts: Optional[int] = None):
-        super().__init__(name, weight, budget, parts)
+        super().__init__(name, weight, allowed, parts)
         self.unit = scale(weight) if unit is None else unit
         self.highest = top(weight) if highest is None else highest
         self.exponent = exponent
         self.targets = []  # the losses the allocation may want: the budget down to `low`, factor 4 apart
-        target = budget
+        target = allowed
         while target >= low or len(self.targets) < 2:
             self.targets.append(target)
             target /= 4

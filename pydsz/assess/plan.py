@@ -76,7 +76,7 @@ def costs(evaluator: Evaluator, names: Sequence[str]) -> dict[str, float]:
     model = evaluator.model
     work = op_work(model)
     total = sum(work)
-    graph = cut.Graph(model) if evaluator.use_cut else None
+    graph = cut.Graph(model) if "cut" in evaluator.paths else None
     out = {}
     for name in names:
         start = evaluator.cut_of(name)
@@ -117,12 +117,12 @@ def triage(evaluator: Evaluator, names: Sequence[str]) -> tuple[list, list, dict
     return [n for n in names if n not in group], group, info
 
 
-def assess(evaluator: Evaluator, names: Sequence[str], budget: float, progress: bool = False, executor=None,
+def assess(evaluator: Evaluator, names: Sequence[str], allowed: float, progress: bool = False, executor=None,
            on_point: Optional[Callable[[Point], None]] = None,
            choose: Optional[Callable[[dict], Optional[dict]]] = None) -> Assessment:
     """Every named layer's points, as the triage plans them (see the module's docstring), each task an
     evaluation on `executor` (pydsz.assess.executor; default: this process), with a progress bar that counts
-    evaluations and says how long is left. `budget` is the allowed loss summed over the samples.
+    evaluations and says how long is left. `allowed` is the loss the budget allows, summed over the samples.
     choose(table) -> {layer: bound}: the allocation, to refine the smooth metrics' plans with. The
     points are the same on any executor. on_point sees every measured point, as it comes."""
     from tqdm import tqdm
@@ -131,7 +131,7 @@ def assess(evaluator: Evaluator, names: Sequence[str], budget: float, progress: 
 
     executor = executor or Local()
     executor.start(evaluator)
-    run = _Run(evaluator, names, budget)
+    run = _Run(evaluator, names, allowed)
     bar = tqdm(total=run.estimate(), desc="assess", unit="eval", disable=not progress, leave=False,
                bar_format="{desc}: {n}/{total} evaluations [{elapsed}, {rate_fmt}{postfix}]")
 
@@ -160,22 +160,22 @@ def assess(evaluator: Evaluator, names: Sequence[str], budget: float, progress: 
 class _Run:
     """The plans of one assessment, their tasks and results, and the clock."""
 
-    def __init__(self, evaluator: Evaluator, names: Sequence[str], budget: float):
-        self.evaluator, self.budget = evaluator, budget
+    def __init__(self, evaluator: Evaluator, names: Sequence[str], allowed: float):
+        self.evaluator, self.allowed = evaluator, allowed
         metric = evaluator.metric
         alone, self.group, self.info = triage(evaluator, names)
         smooth = not metric.discrete and metric.name in EXPONENTS
         count = len(alone) + (1 if self.group else 0)
-        low = budget / (4 * (math.sqrt(count) if metric.quadrature else count))
+        low = allowed / (4 * (math.sqrt(count) if metric.quadrature else count))
         self.plans: dict = {}
         for name in alone:
             w = np.asarray(evaluator.model.stored(name))
-            self.plans[name] = (Fitted(name, w, budget, EXPONENTS[metric.name], low)
-                                if smooth and w.dtype.kind == "f" else Ladder(name, w, budget, metric.discrete))
+            self.plans[name] = (Fitted(name, w, allowed, EXPONENTS[metric.name], low)
+                                if smooth and w.dtype.kind == "f" else Ladder(name, w, allowed, metric.discrete))
         if self.group:
             stored = [codec.stored_array(np.asarray(evaluator.model.stored(n))) for n in self.group]
             highest = max(top(w) / scale(w) for w in stored)
-            self.plans[tuple(self.group)] = Fitted("group", None, budget, EXPONENTS[metric.name], low,
+            self.plans[tuple(self.group)] = Fitted("group", None, allowed, EXPONENTS[metric.name], low,
                                                    unit=1.0, highest=highest, parts=1)
         # layer by layer in execution order, so that the chain of cuts only moves forward
         first = {key: min(evaluator.cut_of(n) for n in _members(key)) for key in self.plans}

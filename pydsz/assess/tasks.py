@@ -77,11 +77,11 @@ def measure_task(evaluator: Evaluator, name, bound: float, part: int = 0):
     return measure_point(evaluator, name, bound, part)
 
 
-def assess_layer(evaluator: Evaluator, name: str, weight: np.ndarray, budget: float,
+def assess_layer(evaluator: Evaluator, name: str, weight: np.ndarray, allowed: float,
                  on_point: Optional[Callable[[Point], None]] = None) -> list[Point]:
     """Measure one layer alone over its Ladder of bounds, here, one bound after the other; sorted by
-    bound, bound 0 first. `budget` is the allowed loss summed over the samples (for top-1: samples)."""
-    ladder = Ladder(name, weight, budget, evaluator.metric.discrete)
+    bound, bound 0 first. `allowed` is the loss the budget allows, summed over the samples (for top-1: samples)."""
+    ladder = Ladder(name, weight, allowed, evaluator.metric.discrete)
     pattern = codec.sparse_index(matrix(weight))
     while (task := ladder.next()) is not None:
         ladder.issue(task)

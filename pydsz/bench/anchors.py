@@ -23,10 +23,9 @@ the FC bytes; for pydsz it is the .dsz file's size. Encode seconds include each 
 from __future__ import annotations
 
 import copy
-import json
 import time
-from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -37,11 +36,11 @@ from pydsz.budget.rule import Budget
 from pydsz.compress.pipeline import compress
 from pydsz.context import Run
 from pydsz.errors import InputError
-from pydsz.format import container, files
+from pydsz.format import container
 from pydsz.model import runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.selection import compressible_layers
-from pydsz.tables import format_table
+from pydsz.prune.train import Retraining
 
 OURS, DEEPSZ, DC, INT, FLOAT16, LOSSLESS = ("pydsz", "DeepSZ", "Deep Compression", "int per-channel",
                                             "float16", "lossless zstd-19")
@@ -158,21 +157,20 @@ def _codec_points(bench: _Bench, method: str, knob: str, module, settings, bar) 
 
 
 def _ours(bench: _Bench, budgets, spent: float, bar, skipped: list) -> list[dict]:
-    """pydsz at each budget; a budget the validation data cannot resolve goes to `skipped` with why."""
+    """pydsz at each max-loss of `budgets`; one the validation data cannot resolve goes to `skipped` with why."""
     out = []
-    for budget in budgets:
+    for max_loss in budgets:
         start = time.perf_counter()
         try:
-            result = compress(bench.pruned, *bench.val, budget, metric=bench.metric, spent=spent,
-                              num_threads=bench.run.num_threads, device=bench.run.device)
+            result = compress(bench.pruned, *bench.val, Budget(bench.metric, max_loss, spent=spent), run=bench.run)
         except InputError as exc:
-            skipped.append({"method": OURS, "setting": budget, "reason": str(exc)})
+            skipped.append({"method": OURS, "setting": max_loss, "reason": str(exc)})
             bar.update()
             continue
         encode_s = time.perf_counter() - start
         layers = result.layers
         # a layer kept lossless lives in the .dsz's zstd rest; it counts with its zstd size
-        out.append(bench.point(OURS, "max-loss", budget, {l.name: l.stream_bytes for l in layers},
+        out.append(bench.point(OURS, "max-loss", max_loss, {l.name: l.stream_bytes for l in layers},
                                lambda: container.load(result.dsz).weights(), encode_s, file_bytes=len(result.dsz),
                                detail={"bounds": {l.name: l.bound for l in layers},
                                        "data_index_bytes": {l.name: [l.data_bytes, l.index_bytes] for l in layers}}))
@@ -181,82 +179,89 @@ def _ours(bench: _Bench, budgets, spent: float, bar, skipped: list) -> list[dict
 
 
 def _deepsz(bench: _Bench, budgets, spent: float, bar) -> list[dict]:
-    evaluator = Evaluator(bench.pruned, *bench.val, bench.names, metric=bench.metric,
-                          num_threads=bench.run.num_threads, device=bench.run.device)
+    evaluator = Evaluator(bench.pruned, *bench.val, bench.names, bench.metric, run=bench.run)
     n = evaluator.samples
     start = time.perf_counter()
     table, streams = deepsz.assess(evaluator, bench.weights)
     assess_s = time.perf_counter() - start
     out = []
-    for budget in budgets:
+    for max_loss in budgets:
         start = time.perf_counter()
-        allowed = Budget(bench.metric, budget, spent=spent).allowed(n)
+        allowed = Budget(bench.metric, max_loss, spent=spent).allowed(n)
         bounds = deepsz.choose(table, allowed, n, bench.metric.discrete)
         chosen = {name: streams[name, bound] for name, bound in bounds.items()}
         sections = {name: next([p.data_bytes, p.index_bytes] for p in table[name] if p.bound == bound)
                     for name, bound in bounds.items()}
-        out.append(bench.point(DEEPSZ, "max-loss", budget, _sizes(chosen), _decoder(deepsz, chosen),
+        out.append(bench.point(DEEPSZ, "max-loss", max_loss, _sizes(chosen), _decoder(deepsz, chosen),
                                assess_s + time.perf_counter() - start,
                                detail={"bounds": bounds, "data_index_bytes": sections}))
         bar.update()
     return out
 
 
-def run(
-    tflite_bytes: bytes,
-    val: tuple[np.ndarray, np.ndarray],
-    test: tuple[np.ndarray, np.ndarray],
-    max_loss: Optional[float] = None,
-    *,
-    metric="top1",
-    train: Optional[tuple[np.ndarray, np.ndarray]] = None,
-    sparsity=None,
-    epochs: float = 8,
-    distill: float = 0.5,
-    budgets: Optional[Sequence[float]] = None,
-    clusters: Sequence[int] = CLUSTERS,
-    bits: Sequence[int] = BITS,
-    title: str = "model",
-    progress: bool = False,
-    num_threads: Optional[int] = None,
-    device: str = "cpu",
-    pruned: Optional[bytes] = None,
-) -> dict:
-    """Prune (when `train` and `sparsity` are given; or take `pruned`, the model as pruned elsewhere,
-    e.g. one-shot, its losses still counted from `tflite_bytes`), then run every method; returns the results,
-    JSON-ready: the models' values in the metric (pydsz.budget.metrics; top-1 by default, max_loss in its
+@dataclass(frozen=True)
+class Pruned:
+    """Where the pruned model every method shares comes from: retrained here on `train` = (x, y) to
+    `sparsity` as `settings` say (pydsz.prune.retraining.prune_model), or `model`, pruned elsewhere
+    (e.g. one-shot; its losses still counted from the model as given); neither: the model as given."""
+
+    train: Optional[tuple] = None
+    sparsity: object = None
+    settings: Retraining = Retraining()
+    model: Optional[bytes] = None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What `dsz bench` measures each method at: pydsz's and DeepSZ's budgets (None: budgets_for the
+    max_loss), Deep Compression's cluster counts, int-b's bits; `title` names the model in the report."""
+
+    budgets: Optional[Sequence[float]] = None
+    clusters: Sequence[int] = CLUSTERS
+    bits: Sequence[int] = BITS
+    title: str = "model"
+
+
+def benchmark(tflite_bytes: bytes, val: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
+              budget: Union[None, float, Budget] = None, *, pruned: Pruned = Pruned(), sweep: Sweep = Sweep(),
+              run: Run = Run()) -> dict:
+    """Prune as `pruned` says, then run every method; returns the results, JSON-ready: the models' values
+    in the budget's metric (pydsz.budget.metrics; top-1 where the budget names none, max_loss in its
     unit, None: its default), every point of every curve, the main rows and the comparisons.
-    device ("cpu" or "gpu"): where pruning retrains and pydsz's and DeepSZ's assessments run the tail."""
+    run.device ("cpu" or "gpu"): where pruning retrains and pydsz's and DeepSZ's assessments run the tail."""
     from tqdm import tqdm
 
     from pydsz.prune.retraining import prune_model
 
-    metric = metrics.get(metric)
-    max_loss = metric.default_max_loss if max_loss is None else max_loss
-    if (train is None) != (sparsity is None):
+    budget = Budget.of(budget)
+    budget = budget if budget.metric is not None else replace(budget, metric="top1")
+    metric, max_loss, train = budget.metric, budget.max_loss, pruned.train
+    clusters, bits, num_threads, device = sweep.clusters, sweep.bits, run.num_threads, run.device
+    if (train is None) != (pruned.sparsity is None):
         raise InputError("pruning needs both the training data (--train) and the sparsity (--sparsity); "
                          "give neither to bench an already pruned model")
-    budgets = sorted(set(budgets_for(max_loss) if budgets is None else budgets) | {max_loss})
+    budgets = sorted(set(budgets_for(max_loss) if sweep.budgets is None else sweep.budgets) | {max_loss})
     for b in budgets:
-        metric.budget(b)
+        metric.allowed_mean(b)
         if b <= 0:
             raise InputError(f"budget {b}: every budget must be > 0")
     sz3.compress(np.zeros(1, np.float32), 1.0)  # fail early, before pruning, without h5py/hdf5plugin
     original = bytes(tflite_bytes)
     judges = [Judge(original, d, metric, num_threads) for d in (val, test)]
-    info: dict = {"model": title, "metric": {"name": metric.name, "unit": metric.unit, "discrete": metric.discrete},
+    info: dict = {"model": sweep.title, "metric": {"name": metric.name, "unit": metric.unit, "discrete": metric.discrete},
                   "max_loss": max_loss, "budgets": budgets, "device": device,
                   "samples": {"val": len(judges[0].base), "test": len(judges[1].base)}}
     info["original"] = {"val_value": metric.value(float(np.mean(judges[0].base))),
                         "test_value": metric.value(float(np.mean(judges[1].base))), "file_bytes": len(original)}
-    if pruned is not None and train is not None:
+    if pruned.model is not None and train is not None:
         raise InputError("give the training data to prune with, or a model pruned elsewhere, not both")
-    pruned, prune_s = (original if pruned is None else bytes(pruned)), 0.0
+    model, prune_s = (original if pruned.model is None else bytes(pruned.model)), 0.0
     if train is not None:
         start = time.perf_counter()
-        pruned = prune_model(original, train, val, sparsity, epochs=epochs, distill=distill, progress=progress,
-                             num_threads=num_threads, device=device).tflite
+        model = prune_model(original, train, val, pruned.sparsity, settings=pruned.settings,
+                            run=replace(run, executor=None)).tflite
         prune_s = time.perf_counter() - start
+    pruned = model
     bench = _Bench(pruned, val, test, judges, Run(num_threads, device))
     info["pruned"] = {
         **bench.measure(pruned), "prune_s": prune_s, "file_bytes": len(pruned),
@@ -267,7 +272,7 @@ def run(
                 layers={name: list(w.shape) for name, w in bench.weights.items()})
 
     total = 2 * len(budgets) + len(clusters) + len(bits) + 2
-    with tqdm(total=total, desc="bench", unit="point", disable=not progress, leave=False) as bar:
+    with tqdm(total=total, desc="bench", unit="point", disable=not run.progress, leave=False) as bar:
         info["skipped"] = []
         points = _ours(bench, budgets, info["pruned"]["val_loss"], bar, info["skipped"])
         if not points:
@@ -285,7 +290,7 @@ def run(
             INT: 8 if 8 in bits else bits[-1], FLOAT16: quantized.FLOAT16, LOSSLESS: None}
     info["main"] = [next(i for i, p in enumerate(points) if p["method"] == m and p["setting"] == s)
                     for m, s in main.items()]
-    info["comparisons"] = compare(points, _main(info))
+    info["comparisons"] = compare(points, main_points(info))
     return info
 
 
@@ -342,113 +347,23 @@ def _over(ratio: Optional[float], other: float) -> Optional[float]:
     return None if ratio is None else ratio / other
 
 
-def _setting(p: dict) -> str:
-    if p["knob"] == "-":
-        return "-"
-    return f"{p['knob']} {p['setting']:g}" if isinstance(p["setting"], float) else f"{p['knob']} {p['setting']}"
 
 
-def _main(info: dict) -> list[dict]:
+def main_points(info: dict) -> list[dict]:
+    """Each method's point at its main setting."""
     return [info["points"][i] for i in info["main"]]
 
 
-def _value(info: dict, value: float) -> str:
-    return f"{100 * value:.2f}%" if info["metric"]["discrete"] else f"{value:.4g}"
 
 
-def _loss(info: dict, loss: float) -> str:
-    """A loss as people read it: points of a discrete metric, else in the metric's own unit."""
-    return f"{100 * loss:+.2f}" if info["metric"]["discrete"] else f"{loss:.3g}"
 
 
-def main_table(info: dict) -> str:
-    """One row per method at its main setting."""
-    name = info["metric"]["name"]
-    rows = []
-    for p in _main(info):
-        rows.append([p["method"], _setting(p), p["fc_bytes"], p["file_bytes"], f"{p['ratio']:.1f}x",
-                     _value(info, p["val_value"]), _value(info, p["test_value"]), _loss(info, p["test_loss"]),
-                     f"{p['encode_s']:.2f}", f"{p['decode_s']:.4f}"])
-    return format_table(["method", "setting", "FC bytes", "file bytes", "ratio", f"val {name}", f"test {name}",
-                         "test loss", "encode s", "decode s"], rows)
 
 
-def sweep_table(info: dict) -> str:
-    """Every point of every curve: ratio and losses (from the model as given)."""
-    rows = [[p["method"], _setting(p), f"{p['ratio']:.1f}x", _loss(info, p["val_loss"]), _loss(info, p["test_loss"])]
-            for p in info["points"]]
-    return format_table(["method", "setting", "ratio", "val loss", "test loss"], rows)
 
 
-def summary_lines(info: dict) -> list[str]:
-    o, p = info["original"], info["pruned"]
-    lines = [f"{info['model']}: {info['metric']['name']} val/test {_value(info, o['val_value'])}/"
-             f"{_value(info, o['test_value'])} as given, {_value(info, p['val_value'])}/{_value(info, p['test_value'])} "
-             "pruned (" + ", ".join(f"{k}={v:.3f}" for k, v in p["sparsity"].items())
-             + f"); FC layers {info['fc_original_bytes']} bytes dense float32; the rest of the model "
-             f"{info['rest_bytes']} bytes (zstd-19); zstd-19 of the whole pruned file {p['zstd19_file_bytes']} bytes"]
-    ours = [p for p in info["points"] if p["method"] == OURS]
-    least = min(ours, key=lambda p: (p["test_loss"], -p["ratio"]))
-    lines += [f"skipped: {s['method']} at budget {s['setting']:g}: {s['reason']}" for s in info.get("skipped", [])]
-    for t in info["comparisons"]["targets"]:
-        if "advantage" in t:
-            main = next(p for p in info["points"] if p["method"] == t["method"] and p in _main(info))
-            adv = (f"{t['advantage']:.2f}x" if t["advantage"] is not None else
-                   f"no pydsz point loses as little as {_loss(info, main['test_loss'])} "
-                   f"(the least: {least['ratio']:.1f}x at {_loss(info, least['test_loss'])}, "
-                   f"{main['ratio']:.1f}x for {t['method']})")
-            if t["advantage_interpolated"] is not None:
-                adv += f" ({t['advantage_interpolated']:.2f}x on pydsz's curve interpolated to that loss)"
-            lines.append(f"{'MET' if t['met'] else 'NOT MET'}  {t['target']}: {adv}")
-        else:
-            where = [f"{what}: {', '.join(t[key])}" for key, what in
-                     (("not_above", "below it"), ("loses_less_than_any_pydsz_point", "losing less than any pydsz point"))
-                     if t[key]]
-            lines.append(f"{'MET' if t['met'] else 'NOT MET'}  {t['target']}" + (f" ({'; '.join(where)})" if where else ""))
-    return lines
 
 
-def plot(info: dict, path) -> None:
-    """Ratio (log) vs test loss, one curve per method, each point labelled with its setting."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    scale = 100 if info["metric"]["discrete"] else 1  # points, or the metric's own unit
-    for method in dict.fromkeys(p["method"] for p in info["points"]):
-        pts = [p for p in info["points"] if p["method"] == method]
-        knob = pts[0]["knob"]
-        label = method if knob == "-" else f"{method} (over {knob})"
-        xs, ys = [scale * p["test_loss"] for p in pts], [p["ratio"] for p in pts]
-        ax.plot(xs, ys, "o-" if len(pts) > 1 else "s", ms=4, lw=2.2 if method == OURS else 1.2, label=label)
-        if knob != "-":
-            for p, x, y in zip(pts, xs, ys):
-                ax.annotate(f"{p['setting']:g}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.axvline(scale * info["max_loss"], color="gray", ls="--", lw=1, label=f"--max-loss {info['max_loss']:g}")
-    ax.axvline(scale * info["pruned"]["test_loss"], color="gray", ls=":", lw=1, label="pruned, uncompressed")
-    ax.set_yscale("log")
-    ax.set_xlabel(f"{info['metric']['name']} loss on the test split ({'points, ' if scale == 100 else ''}"
-                  "from the model before pruning)")
-    ax.set_ylabel("FC layers: dense float32 bytes / stored bytes")
-    ax.set_title(f"{info['model']}: every method on the same pruned model")
-    ax.legend(fontsize=7)
-    ax.grid(True, which="both", lw=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    files.write_atomic(path, buf.getvalue())
 
 
-def write_report(info: dict, json_path, png_path) -> list[Path]:
-    """The results as JSON and the curves as PNG (each written whole or not at all)."""
-    for path in (json_path, png_path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    files.write_atomic(json_path, json.dumps(info, indent=1).encode())
-    plot(info, png_path)
-    return [Path(json_path), Path(png_path)]
 

@@ -27,18 +27,23 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
 from pydsz.bench.anchors import Judge, budgets_for
 from pydsz.bench.baselines import litert, lossless, quantized
 from pydsz.budget import metrics
+from pydsz.budget.rule import Budget
+from pydsz.compress.compensation import Compensation
+from pydsz.context import Run
 from pydsz.errors import InputError
 from pydsz.format import container, files
 from pydsz.model import runtime
-from pydsz.model.graph import INTEGER_TYPES, TFLiteModel
+from pydsz.model.graph import TFLiteModel
 from pydsz.model.selection import compressible_layers
+from pydsz.model.tensors import INTEGER_TYPES
 from pydsz.tables import format_table
 
 OURS, COMPENSATED, PRUNED = "pydsz", "pydsz compensated", "pydsz pruned+compensated"
@@ -133,22 +138,23 @@ class HeadToHead:
             return {"method": LITERT, "setting": recipe, "skipped": outcome.note, **extra}
         return self.point(LITERT, recipe, outcome.tflite, len(lossless.zstd19(outcome.tflite)), seconds, **extra)
 
-    def ours(self, method: str, budget: float, tflite: bytes, spent: float = 0.0, compensate: bool = False,
+    def ours(self, method: str, max_loss: float, tflite: bytes, spent: float = 0.0, compensate: bool = False,
              calibration=None, progress: bool = False) -> dict:
-        """pydsz.compress.pipeline.compress of `tflite` (the model, or the model pruned) at `budget`, judged from the
-        model as given; a budget the data cannot resolve comes back as a skipped point."""
+        """pydsz.compress.pipeline.compress of `tflite` (the model, or the model pruned) at `max_loss`, judged from
+        the model as given; a max_loss the data cannot resolve comes back as a skipped point."""
         from pydsz.compress.pipeline import compress
 
         start = time.perf_counter()
         try:
-            result = compress(tflite, self.val[0], self.val[1], budget, metric=self.metric, layers=self.layers,
-                              spent=spent, compensate=compensate, calibration=calibration, progress=progress,
-                              num_threads=self.num_threads)
+            result = compress(tflite, self.val[0], self.val[1], Budget(self.metric, max_loss, spent=spent),
+                              layers=self.layers,
+                              compensation=Compensation(enabled=compensate, calibration=calibration),
+                              run=Run(progress=progress, num_threads=self.num_threads))
         except InputError as exc:
-            return {"method": method, "setting": budget, "skipped": str(exc)}
+            return {"method": method, "setting": max_loss, "skipped": str(exc)}
         seconds = time.perf_counter() - start
         decoded = container.load(result.dsz).tflite_bytes()
-        return self.point(method, budget, decoded, len(lossless.zstd19(result.dsz)), seconds,
+        return self.point(method, max_loss, decoded, len(lossless.zstd19(result.dsz)), seconds,
                           dsz_bytes=len(result.dsz), bounds={l.name: l.bound for l in result.layers},
                           stream_bytes={l.name: l.stream_bytes for l in result.layers},
                           # each layer's loss measured alone at its bound: where the drift goes
@@ -164,27 +170,40 @@ def _prune_targets(files: Files) -> dict[str, float]:
                 layer.op == "CONV_2D" and tuple(layer.shape[1:3]) == (1, 1)))}
 
 
-def run(tflite: bytes, val, test, max_loss: Optional[float] = None, *, metric="output-error", layers: str = "all",
-        calibration=None, budgets: Optional[Sequence[float]] = None, bits: Sequence[int] = BITS,
-        recipes: Sequence[str] = litert.RECIPES, methods: Sequence[str] = OUR_METHODS,
-        prune_sparsity: float = PRUNE_SPARSITY, title: str = "model", progress: bool = False,
-        num_threads: Optional[int] = None) -> dict:
+@dataclass(frozen=True)
+class Sweep:
+    """What `dsz bench --layers conv|all` measures: pydsz's budgets (None: budgets_for the max_loss),
+    int-b's bits, the LiteRT Quantizer's recipes, which pydsz variants (OUR_METHODS) run and the
+    sparsity of the pruned one; `title` names the model in the report."""
+
+    budgets: Optional[Sequence[float]] = None
+    bits: Sequence[int] = BITS
+    recipes: Sequence[str] = litert.RECIPES
+    methods: Sequence[str] = OUR_METHODS
+    prune_sparsity: float = PRUNE_SPARSITY
+    title: str = "model"
+
+
+def benchmark(tflite: bytes, val, test, budget: Union[None, float, Budget] = None, *, layers: str = "all",
+              calibration=None, sweep: Sweep = Sweep(), run: Run = Run()) -> dict:
     """Every method on the model as given; JSON-ready results: every point, the skipped ones with why,
-    and the comparisons at equal test loss. val, test: (x, y or None). calibration: inputs for the
-    compensation's Hessians and the one-shot pruning, disjoint from val (without them those two
-    pydsz variants are skipped). methods: which pydsz variants (OUR_METHODS) run."""
+    and the comparisons at equal test loss. val, test: (x, y or None). budget: its metric is
+    output-error where it names none. calibration: inputs for the compensation's Hessians and the
+    one-shot pruning, disjoint from val (without them those two pydsz variants are skipped)."""
     from tqdm import tqdm
 
-    metric = metrics.get(metric)
-    max_loss = metric.default_max_loss if max_loss is None else max_loss
-    budgets = sorted(set(budgets_for(max_loss, FACTORS) if budgets is None else budgets) | {max_loss})
+    budget = Budget.of(budget)
+    budget = budget if budget.metric is not None else replace(budget, metric="output-error")
+    metric, max_loss, methods, bits = budget.metric, budget.max_loss, sweep.methods, sweep.bits
+    recipes, progress, num_threads = sweep.recipes, run.progress, run.num_threads
+    budgets = sorted(set(budgets_for(max_loss, FACTORS) if sweep.budgets is None else sweep.budgets) | {max_loss})
     unknown = set(methods) - set(OUR_METHODS)
     if unknown:
         raise InputError(f"unknown pydsz variant(s) {sorted(unknown)}: choose from {', '.join(OUR_METHODS)}")
     h = HeadToHead(tflite, val, test, metric, layers, num_threads)
     files = h.files
     base = [float(np.mean(j.base)) for j in h.judges]
-    info: dict = {"model": title, "metric": {"name": metric.name, "unit": metric.unit, "discrete": metric.discrete},
+    info: dict = {"model": sweep.title, "metric": {"name": metric.name, "unit": metric.unit, "discrete": metric.discrete},
                   "max_loss": max_loss, "budgets": budgets, "layers": layers,
                   "samples": {"val": len(h.judges[0].base), "test": len(h.judges[1].base),
                               "calibration": None if calibration is None else len(np.asarray(calibration))},
@@ -212,29 +231,29 @@ def run(tflite: bytes, val, test, max_loss: Optional[float] = None, *, metric="o
             add(h.quantizer(recipe))
         pruned = None
         for method in variants:
-            for budget in budgets:
+            for level in budgets:
                 if method != OURS and calibration is None:
-                    add({"method": method, "setting": budget, "skipped": "needs calibration inputs (--calibration)"})
+                    add({"method": method, "setting": level, "skipped": "needs calibration inputs (--calibration)"})
                     continue
                 if method == PRUNED and "FLOAT32" not in info["weights"]:
-                    add({"method": method, "setting": budget,
+                    add({"method": method, "setting": level,
                          "skipped": "one-shot pruning changes float32 weights; this model has none"})
                     continue
                 if method == PRUNED:
-                    pruned = pruned or _pruned(h, calibration, prune_sparsity, num_threads)
+                    pruned = pruned or _pruned(h, calibration, sweep.prune_sparsity, num_threads)
                     if isinstance(pruned, str):
-                        add({"method": method, "setting": budget, "skipped": pruned})
+                        add({"method": method, "setting": level, "skipped": pruned})
                         continue
-                    if pruned["val_loss"] >= budget:
-                        add({"method": method, "setting": budget, "skipped": f"one-shot pruning alone loses "
+                    if pruned["val_loss"] >= level:
+                        add({"method": method, "setting": level, "skipped": f"one-shot pruning alone loses "
                              f"{pruned['val_loss']:.4g} on the validation data, the whole budget"})
                         continue
-                    spent, left = _after_pruning(metric, budget, pruned["val_loss"])
+                    spent, left = _after_pruning(metric, level, pruned["val_loss"])
                     p = h.ours(method, left, pruned["tflite"], spent, True, calibration, progress)
-                    p.update(setting=budget, pruning={k: v for k, v in pruned.items() if k != "tflite"})
+                    p.update(setting=level, pruning={k: v for k, v in pruned.items() if k != "tflite"})
                     add(p)
                 else:
-                    add(h.ours(method, budget, files.tflite, compensate=method == COMPENSATED,
+                    add(h.ours(method, level, files.tflite, compensate=method == COMPENSATED,
                                calibration=calibration if method == COMPENSATED else None, progress=progress))
     info["points"] = points
     info["comparisons"] = compare(points)
@@ -251,7 +270,7 @@ def _pruned(h: HeadToHead, calibration, sparsity: float, num_threads) -> dict | 
     start = time.perf_counter()
     x = runtime.fit_inputs(h.files.model.input_details(), calibration, source="calibration")
     result = prune_layers(h.files.tflite, x[0] if len(x) == 1 else x, targets, kinds=("fc", "conv"),
-                          num_threads=num_threads)
+                          run=Run(num_threads=num_threads))
     _, val_loss = h.judges[0](result.tflite)
     return {"tflite": result.tflite, "val_loss": val_loss, "sparsity": sparsity, "layers": sorted(targets),
             "seconds": time.perf_counter() - start}

@@ -89,17 +89,17 @@ def _plan(table: Mapping[str, Sequence[Option]], entry: tuple[int, int, list[int
     return Plan(choice, int(entry[0]), entry[1] * unit)
 
 
-def minimize_size(table: Mapping[str, Sequence[Option]], budget: float, unit: float) -> Plan | None:
-    """The smallest total size whose summed per-layer loss is <= budget; None if nothing fits.
+def minimize_size(table: Mapping[str, Sequence[Option]], allowed: float, unit: float) -> Plan | None:
+    """The smallest total size whose summed per-layer loss is <= allowed; None if nothing fits.
 
     `table` maps layer name -> its measured options; `unit` is the loss granularity (1/N for N
     validation samples).
     """
     if unit <= 0:
         raise InputError(f"loss unit {unit}: must be > 0")
-    if budget < 0:
+    if allowed < 0:
         return None
-    capacity = int(math.floor(budget / unit + 1e-6))
+    capacity = int(math.floor(allowed / unit + 1e-6))
     entry = _knapsack(table, unit, capacity)[capacity]
     return None if math.isinf(entry[0]) else _plan(table, entry, unit)
 

@@ -98,7 +98,7 @@ class Metric:
     def losses(self, outputs: Outputs, reference: Outputs, y) -> np.ndarray:
         raise NotImplementedError
 
-    def budget(self, max_loss: float) -> float:
+    def allowed_mean(self, max_loss: float) -> float:
         """The bound on the mean per-sample loss difference that `--max-loss` stands for."""
         if not (isinstance(max_loss, (int, float)) and math.isfinite(max_loss) and max_loss >= 0):
             raise InputError(f"max-loss {max_loss}: must be a number >= 0 ({self.unit})")
@@ -146,7 +146,7 @@ class _Discrete(Metric):
     classifier = True
     default_max_loss = 0.003
 
-    def budget(self, max_loss: float) -> float:
+    def allowed_mean(self, max_loss: float) -> float:
         return _share(self, max_loss)
 
     def noise(self, losses, base):
@@ -208,7 +208,7 @@ class ExpectedTop1(Metric):
         chosen = np.argmax(_scores(outputs, self), axis=1)
         return 1.0 - p[np.arange(len(chosen)), chosen]
 
-    def budget(self, max_loss: float) -> float:
+    def allowed_mean(self, max_loss: float) -> float:
         return _share(self, max_loss)
 
     def noise(self, losses, base):
@@ -304,7 +304,7 @@ class PSNR(Metric):
             return np.mean(np.square(a - r), axis=1) / max(peak * peak, np.finfo(np.float64).tiny)
         return _per_output(self, outputs, reference, nmse, "max")
 
-    def budget(self, max_loss: float) -> float:
+    def allowed_mean(self, max_loss: float) -> float:
         if not (isinstance(max_loss, (int, float)) and math.isfinite(max_loss) and max_loss > 0):
             raise InputError(f"max-loss {max_loss}: for psnr give the lowest PSNR allowed, in dB (e.g. 40)")
         return 10.0 ** (-max_loss / 10.0)

@@ -10,8 +10,9 @@ the one-shot search all judge by this one rule.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
+from typing import Callable, Optional, Union
 
 from pydsz.budget import metrics
 from pydsz.errors import InputError
@@ -27,23 +28,53 @@ class Budget:
     """The loss a step may cost: `max_loss` in the metric's unit, less what an earlier step `spent`
     (e.g. pruning, counted from a reference model), judged with `margin` standard deviations of
     noise in hand. `option` names the command-line option that sets max_loss, so that a budget the
-    data cannot resolve says what to change; `margin_option` the one that sets the margin, if any."""
+    data cannot resolve says what to change; `margin_option` the one that sets the margin, if any.
 
-    metric: metrics.Metric
-    max_loss: float
+    metric: a name (pydsz.budget.metrics), a Metric or a function f(outputs, original_outputs, y) ->
+    per-sample losses, judged on the model output `output` (None: all of them); None takes the model's
+    default when the budget meets its model (for_model: top1 with labels, expected-top1 without,
+    output-error for a model whose output is not class scores), and `reason` then says why. max_loss
+    None is the metric's default. One Budget is made where a command starts and passed whole."""
+
+    metric: Union[None, str, Callable, metrics.Metric] = None
+    max_loss: Optional[float] = None
     margin: float = 1.0
     spent: float = 0.0
     option: str = "--max-loss"
-    margin_option: str | None = "--margin"
+    margin_option: Optional[str] = "--margin"
+    output: Optional[str] = None
+    reason: str = ""
 
     def __post_init__(self):
         if not (math.isfinite(self.margin) and self.margin >= 0):
             raise InputError(f"margin {self.margin}: must be a number >= 0")
-        self.metric.budget(self.max_loss)  # checks the value before anything runs
+        if self.metric is None:
+            return
+        metric = metrics.get(self.metric, self.output)
+        object.__setattr__(self, "metric", metric)
+        if self.max_loss is None:
+            object.__setattr__(self, "max_loss", metric.default_max_loss)
+        metric.allowed_mean(self.max_loss)  # checks the value before anything runs
+
+    @classmethod
+    def of(cls, budget: Union[None, float, "Budget"], **defaults) -> "Budget":
+        """`budget` as a Budget: itself, a number as max_loss in the model's default metric, None as
+        every default; `defaults` fill the fields of a Budget made here (option, margin, ...)."""
+        if isinstance(budget, Budget):
+            return budget
+        return cls(max_loss=budget, **defaults)
+
+    def for_model(self, model, labelled: bool) -> "Budget":
+        """This budget with the metric the model takes by default where it names none (and why);
+        model: a pydsz.model.graph.TFLiteModel, labelled: whether the data has labels."""
+        if self.metric is not None:
+            return self
+        metric, reason = metrics.default(model, labelled, self.output)
+        return replace(self, metric=metric, reason=reason)
 
     def allowed(self, n: int) -> float:
         """The loss that may be spent, summed over n samples; whole samples for a discrete metric."""
-        budget = self.metric.budget(self.max_loss) - self.spent
+        budget = self.metric.allowed_mean(self.max_loss) - self.spent
         if self.metric.discrete:
             # the epsilon forgives float noise in max_loss * n (0.003 * 5000)
             return max(0, math.floor(budget * n + 1e-6))
@@ -67,7 +98,7 @@ class Budget:
     def noisy(self, n: int) -> bool:
         """Whether a discrete budget lets fewer than FEW_SAMPLES changed samples of n through, its noise
         margin included: the decisions then rest on a handful of samples (`warnings` says so)."""
-        budget = self.metric.budget(self.max_loss)
+        budget = self.metric.allowed_mean(self.max_loss)
         return (self.metric.discrete and budget > 0
                 and math.floor(budget * n + 1e-6) < metrics.FEW_SAMPLES * (1 + self.margin))
 
@@ -77,7 +108,7 @@ class Budget:
         metric, max_loss, margin = self.metric, self.max_loss, self.margin
         if metric.discrete:
             one = 1 + margin  # a single changed sample as the decisions count it, noise margin included
-            budget = metric.budget(max_loss)
+            budget = metric.allowed_mean(max_loss)
             resolved = math.floor(budget * n + 1e-6)
             if not self.noisy(n):
                 return []
@@ -104,7 +135,7 @@ class Budget:
         """The data cannot tell `change` (the smallest step a search takes) from noise: its noise alone,
         with the margin, exceeds what is allowed. The noise of a sum grows with sqrt(n), the budget
         with n: the samples needed follow."""
-        budget = self.metric.budget(self.max_loss)
+        budget = self.metric.allowed_mean(self.max_loss)
         need = math.ceil((self.margin * noise / (budget * n)) ** 2 * n) if budget > 0 else math.inf
         spread = (f"flips {round(noise ** 2)} predictions, a noise of {self.margin * noise:.1f} samples"
                   if self.metric.discrete else f"changes the summed loss by a noise of {self.margin * noise:.3g}")

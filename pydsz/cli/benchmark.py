@@ -18,6 +18,7 @@ from pydsz.cli.options import (
     resolve_device,
     sparsity,
 )
+from pydsz.context import Run
 from pydsz.errors import InputError
 
 
@@ -54,10 +55,10 @@ def _whole_model(args, model: bytes) -> None:
         return load_data(path, parsed, normalize=args.normalize if os.path.isdir(path) else None)
 
     calibration = data(args.calibration)[0] if args.calibration else None
-    info = headtohead.run(model, data(args.data), data(args.test), args.max_loss,
-                          metric=args.metric or "output-error", layers=args.layers, calibration=calibration,
-                          budgets=args.budgets, bits=args.bits or headtohead.BITS,
-                          title=os.path.basename(args.model), progress=not args.quiet, num_threads=args.num_threads)
+    sweep = headtohead.Sweep(budgets=args.budgets, bits=args.bits or headtohead.BITS, title=os.path.basename(args.model))
+    info = headtohead.benchmark(model, data(args.data), data(args.test), _budget(args, "output-error"),
+                                layers=args.layers, calibration=calibration, sweep=sweep,
+                                run=Run(args.num_threads, progress=not args.quiet))
     if args.report:
         directory = os.path.join(args.report, "")
         os.makedirs(directory, exist_ok=True)
@@ -74,7 +75,7 @@ def _whole_model(args, model: bytes) -> None:
 
 
 def cmd_bench(args) -> None:
-    from pydsz.bench import anchors
+    from pydsz.bench import anchors, summary
     from pydsz.model.data import load_npz
 
     model = load_tflite(args.model)
@@ -85,19 +86,21 @@ def cmd_bench(args) -> None:
     device = resolve_device(args)
     val, test = load_npz(args.data), load_npz(args.test)
     train = load_npz(args.train) if args.train else None
-    info = anchors.run(model, val, test, args.max_loss, metric=args.metric or "top1", train=train,
-                     sparsity=args.sparsity, epochs=args.epochs, distill=args.distill, budgets=args.budgets,
-                     title=os.path.basename(args.model), progress=not args.quiet, num_threads=args.num_threads,
-                     device=device, **({"bits": args.bits} if args.bits else {}))
+    from pydsz.prune.train import Retraining
+
+    pruned = anchors.Pruned(train, args.sparsity, Retraining(epochs=args.epochs, distill=args.distill))
+    sweep = anchors.Sweep(budgets=args.budgets, bits=args.bits or anchors.BITS, title=os.path.basename(args.model))
+    info = anchors.benchmark(model, val, test, _budget(args, "top1"), pruned=pruned, sweep=sweep,
+                             run=Run(args.num_threads, device, progress=not args.quiet))
     if args.report:
         directory = os.path.join(args.report, "")
-        anchors.write_report(info, directory + "bench.json", directory + "bench.png")
-    summary = anchors.summary_lines(info)
+        summary.write_report(info, directory + "bench.json", directory + "bench.png")
+    summary = summary.summary_lines(info)
     print(summary[0])
-    print(anchors.main_table(info))
+    print(summary.main_table(info))
     print("\n".join(summary[1:]))
     if args.sweep:
-        print(anchors.sweep_table(info))
+        print(summary.sweep_table(info))
 
 
 def add_commands(sub) -> None:
@@ -144,3 +147,10 @@ def add_commands(sub) -> None:
     p.add_argument("--num-threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
+
+
+def _budget(args, metric: str):
+    """dsz bench's budget: --metric (default `metric`) and --max-loss."""
+    from pydsz.budget.rule import Budget
+
+    return Budget(args.metric or metric, args.max_loss)

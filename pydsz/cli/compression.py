@@ -20,6 +20,7 @@ from pydsz.cli.options import (
     resolve_device,
     sparsity,
 )
+from pydsz.context import Run
 from pydsz.errors import InputError
 
 
@@ -41,10 +42,12 @@ def cmd_compress(args) -> None:
     from pydsz.assess.executor import Local
     from pydsz.assess.executor import make as make_executor
     from pydsz.compress import footprint
+    from pydsz.compress.compensation import Compensation
     from pydsz.compress.pipeline import compress
     from pydsz.compress.report import write_report
     from pydsz.format.files import write_atomic
     from pydsz.model import cache
+    from pydsz.model.selection import Selection
 
     process = footprint.process()
     cache.set_limit(args.max_cache_memory)
@@ -65,11 +68,10 @@ def cmd_compress(args) -> None:
         if args.prune:
             result, split = _compress_pruned(args, model, x, y, device, executor)
         else:
-            result = compress(model, x, y, args.max_loss, metric=args.metric, output=args.model_output,
-                              target_ratio=args.target_ratio, layers=args.layers,
-                              min_layer_bytes=args.min_layer_bytes, margin=args.margin, progress=not args.quiet,
-                              num_threads=args.num_threads, device=device, executor=executor,
-                              compensate=args.compensate, calibration=calibration)
+            result = compress(model, x, y, _budget(args), target_ratio=args.target_ratio,
+                              layers=Selection(args.layers, args.min_layer_bytes),
+                              compensation=Compensation(enabled=args.compensate, calibration=calibration),
+                              run=_run(args, device, executor))
     finally:
         executor.close()
     write_atomic(args.output, result.dsz)
@@ -94,8 +96,10 @@ def cmd_compress(args) -> None:
 def _compress_pruned(args, model: bytes, x, y, device: str, executor):
     """dsz compress --prune auto: prune (retraining with --train, else one-shot) and compress under the one
     --max-loss (pydsz.compress.prune_compress)."""
-    from pydsz.compress.prune_compress import compress_pruned
+    from pydsz.compress.prune_compress import Pruning, compress_pruned
     from pydsz.model.data import load_npz
+    from pydsz.model.selection import Selection
+    from pydsz.prune.train import Retraining
 
     if args.target_ratio is not None:
         raise InputError("--prune auto splits --max-loss between pruning and bounds; --target-ratio has no loss "
@@ -105,11 +109,20 @@ def _compress_pruned(args, model: bytes, x, y, device: str, executor):
                          "steps apart (dsz prune, then dsz compress --compensate --calibration)")
     train = load_npz(args.train) if args.train else None
     calibration = _calibration_inputs(args, model) if args.calibration else None
-    return compress_pruned(model, x, y, args.max_loss, train=train, calibration=calibration, metric=args.metric,
-                           output=args.model_output, layers=args.layers, min_layer_bytes=args.min_layer_bytes,
-                           margin=args.margin, epochs=args.epochs,
-                           distill=args.distill, progress=not args.quiet, num_threads=args.num_threads,
-                           device=device, executor=executor, compensate=args.compensate)
+    pruning = Pruning(train, calibration, Retraining(epochs=args.epochs, distill=args.distill))
+    return compress_pruned(model, x, y, _budget(args), layers=Selection(args.layers, args.min_layer_bytes),
+                           pruning=pruning, compensate=args.compensate, run=_run(args, device, executor))
+
+
+def _budget(args):
+    """dsz compress's one budget: --metric (on --model-output), --max-loss, --margin."""
+    from pydsz.budget.rule import Budget
+
+    return Budget(args.metric, args.max_loss, margin=args.margin, output=args.model_output)
+
+
+def _run(args, device: str, executor=None) -> Run:
+    return Run(args.num_threads, device, executor, progress=not args.quiet)
 
 
 def _calibration_inputs(args, model_bytes: bytes):
@@ -130,6 +143,7 @@ def _prune_sparsity(text: str):
 
 
 def cmd_prune(args) -> None:
+    from pydsz.budget.rule import Budget
     from pydsz.compress import footprint
     from pydsz.format.files import write_atomic
     from pydsz.model import cache
@@ -137,6 +151,7 @@ def cmd_prune(args) -> None:
     from pydsz.prune.gptq import hessian_note
     from pydsz.prune.oneshot import prune_model as prune_oneshot
     from pydsz.prune.retraining import prune_model
+    from pydsz.prune.train import Retraining
 
     process = footprint.process()
     cache.set_limit(args.max_cache_memory)
@@ -152,9 +167,10 @@ def cmd_prune(args) -> None:
                        else val[0])
         memory, extra = _oneshot_memory(model, calibration, val[0], args.layers)
         kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
-        result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds, auto_budget=args.auto_budget,
-                               metric=args.metric, output=args.model_output, progress=not args.quiet,
-                               num_threads=args.num_threads)
+        result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds,
+                               auto_budget=Budget(args.metric, args.auto_budget, output=args.model_output,
+                                                  option="--auto-budget", margin_option=None),
+                               run=_run(args, "cpu"))
     else:
         if args.normalize is not None or args.metric is not None or args.model_output is not None:
             raise InputError("--normalize, --metric and --model-output are for --method oneshot; --method retrain "
@@ -169,9 +185,9 @@ def cmd_prune(args) -> None:
         if device == "gpu":
             process.update(footprint.cuda())
         train, val = load_npz(args.train), load_npz(args.data)
-        result = prune_model(model, train, val, args.sparsity, epochs=args.epochs, auto_budget=args.auto_budget,
-                             distill=args.distill, progress=not args.quiet, num_threads=args.num_threads,
-                             device=device)
+        result = prune_model(model, train, val, args.sparsity, auto_budget=args.auto_budget,
+                             settings=Retraining(epochs=args.epochs, distill=args.distill),
+                             run=_run(args, device))
     write_atomic(args.output, result.tflite)
     if not args.quiet:
         print(f"method: {result.method}")

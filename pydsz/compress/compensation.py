@@ -10,6 +10,7 @@ come from calibration inputs, which should share no sample with the data the bou
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -35,6 +36,29 @@ QMAX = 32767.0
 SHARED_SAMPLES = ("the compensation's Hessians come from the same samples the bounds are chosen and the loss "
                   "measured on: the compensation fits them, so the loss on other data is likely larger; give a "
                   "separate calibration set (--calibration)")
+
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """Whether compress encodes GPTQ-compensated weights, and what their Hessians come from.
+
+    enabled None compensates where `calibration` inputs are given. calibration: the inputs (as the
+    data takes them) whose Hessians the compensation uses, disjoint from the decisions' data; without
+    them it uses the data, and a warning says that the measured loss is then optimistic (the
+    compensation fits the samples it is judged on)."""
+
+    enabled: Optional[bool] = None
+    calibration: object = None
+
+    def __post_init__(self):
+        if self.calibration is not None and self.enabled is False:
+            raise InputError("calibration inputs build the Hessians of the compensation, which is turned off: "
+                             "give compensate too")
+
+    @property
+    def on(self) -> bool:
+        return self.calibration is not None if self.enabled is None else self.enabled
 
 
 class Compensator:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import time
 
+from pydsz.budget.rule import Budget
 from pydsz.compress.pipeline import compress
+from pydsz.context import Run
 from pydsz.errors import InputError
 from pydsz.format import container
 from pydsz.model import runtime
 from pydsz.model.data import bundled, fashion_mnist, load_npz
 from pydsz.prune.retraining import prune_model
+from pydsz.prune.train import Retraining
 from pydsz.tables import format_table
 
 # The bundled reference models and how the demo and bench/reference.py prune them. lenet300-96 is
@@ -42,11 +45,12 @@ def run(name: str, max_loss: float = 0.003, progress: bool = False, device: str 
     x, y = fashion_mnist("train")
     val, test = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
     start = time.perf_counter()
-    pruned = prune_model(model, (x[:TRAIN_SIZE], y[:TRAIN_SIZE]), val, spec["sparsity"], epochs=spec["epochs"],
-                         distill=spec["distill"], progress=progress, device=device)
+    pruned = prune_model(model, (x[:TRAIN_SIZE], y[:TRAIN_SIZE]), val, spec["sparsity"],
+                         settings=Retraining(epochs=spec["epochs"], distill=spec["distill"]),
+                         run=Run(progress=progress, device=device))
     pruned_at = time.perf_counter()
-    result = compress(pruned.tflite, *val, max_loss, metric="top1", spent=pruned.top1_before - pruned.top1_after,
-                      progress=progress, device=device)
+    result = compress(pruned.tflite, *val, Budget("top1", max_loss, spent=pruned.top1_before - pruned.top1_after),
+                      run=Run(progress=progress, device=device))
     done = time.perf_counter()
     decoded = container.load(result.dsz).tflite_bytes()
     summary = {

@@ -28,7 +28,7 @@ def process() -> dict:
     top of whatever else is held while a stream is encoded (lzma -9 and zstd -22 try every index
     section of up to 1 MiB: about 70 MiB for a moment). Zeros where memory cannot be read."""
     from pydsz.compress import pipeline  # noqa: F401  (what compress imports)
-    from pydsz.format import codec
+    from pydsz.format import wrapping
     from pydsz.format.interpreter import make_interpreter
     from pydsz.model import runtime  # noqa: F401  (what compress and prune import)
     from pydsz.model.data import bundled
@@ -39,7 +39,7 @@ def process() -> dict:
     runtime.probe(model, x)  # the builtin kernels too
     np.dot(np.ones((64, 64), np.float32), np.ones((64, 64), np.float32))  # BLAS's buffers, per thread
     held = resident() or 0
-    codec._wrap(model[:4096], codec._gap8_wrappers(4096))  # every lossless coder an index section may take
+    wrapping.wrap(model[:4096], wrapping.gap8_wrappers(4096))  # every lossless coder an index section may take
     return {"the process": held, "the codec at work": max(0, (peak() or 0) - held)}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -26,13 +26,16 @@ from pydsz.assess.ladder import Point
 from pydsz.budget import metrics
 from pydsz.budget.knapsack import Option, Plan, loss_unit, minimize_loss, minimize_size
 from pydsz.budget.rule import Budget, risk
-from pydsz.compress import compensation
+from pydsz.compress.compensation import Compensation
+from pydsz.compress.compensation import for_model as compensation_for
+from pydsz.context import Run
 from pydsz.encode import constants, pack
 from pydsz.errors import InputError
 from pydsz.format import container
 from pydsz.model import runtime, selection
-from pydsz.model.graph import INTEGER_TYPES, TFLiteModel
-from pydsz.model.selection import compressible_layers
+from pydsz.model.graph import TFLiteModel
+from pydsz.model.selection import Selection, compressible_layers
+from pydsz.model.tensors import INTEGER_TYPES
 
 
 @dataclass
@@ -159,74 +162,54 @@ def compress(
     tflite_bytes: bytes,
     x,
     y=None,
-    max_loss: Optional[float] = None,
+    budget: Union[None, float, Budget] = None,
     *,
-    metric: Union[None, str, metrics.Metric, Callable] = None,
-    output: Optional[str] = None,
+    layers: Union[str, Selection] = "fc",
     target_ratio: Optional[float] = None,
-    layers: str = "fc",
-    min_layer_bytes: int = selection.MIN_LAYER_BYTES,
-    spent: float = 0.0,
-    margin: float = 1.0,
-    progress: bool = False,
-    num_threads: Optional[int] = None,
-    device: str = "cpu",
-    executor=None,
-    compensate: Optional[bool] = None,
-    calibration=None,
+    compensation: Compensation = Compensation(),
+    run: Run = Run(),
 ) -> Result:
-    """The smallest .dsz of a model whose loss in `metric` on (x, y) is at most `max_loss`.
+    """The smallest .dsz of a model whose loss in the budget's metric on (x, y) is within the budget.
 
     x: the inputs (one array, or one per model input); y: integer labels, or None for metrics that
-    compare with the original model only. metric: a name (pydsz.budget.metrics), a Metric or a function
-    f(outputs, original_outputs, y) -> per-sample losses; None takes metrics.default (top1 with
-    labels, expected-top1 without, output-error for models whose output is not class scores). output:
-    restrict the metric to that model output. max_loss: in the metric's unit (None: its default).
-    spent: loss an earlier step already spent, in the metric's unit, taken from the budget (e.g.
-    pruning's, measured from the unpruned model, so that pruning and compression share one
-    budget). layers: fc, conv, all, or layer names (fc3, conv12,conv13; pydsz.model.selection); those chosen
-    by kind from min_layer_bytes on. target_ratio: instead, the least loss whose compressed layers are at most their
-    original size / target_ratio. margin: how many standard deviations of the noise every decision
-    keeps in hand (0 takes the measured losses at face value, which overfits the data: the chosen
-    bounds then lose more on unseen data). The final measured loss is within the budget either way.
-    device: "cpu" or "gpu" (pydsz.gpu.device.resolve), where the assessment runs the FC tail.
-    executor: where the assessment's and verification's evaluations run (pydsz.assess.executor: Local, the
-    default, or Dask); the results are the same. compensate: encode GPTQ-compensated float32 weights
-    (pydsz.compress.compensation): each bound's errors are pushed into the weights not yet quantized,
-    so the outputs move less; the bound holds on the stored values. calibration: the inputs (as x)
-    whose Hessians the compensation uses, disjoint from x; without them it uses x, and a warning
-    says that the measured loss is then optimistic (the compensation fits the samples it is judged on).
-    compensate None (default): compensate when calibration inputs are given (bench/head_to_head.py
-    measures what it pays on data neither set holds).
+    compare with the original model only. budget: a pydsz.budget.rule.Budget (its metric, max_loss,
+    margin, spent), or a number as the max_loss of the model's default metric, or None for every
+    default. The budget's `spent` is loss an earlier step already spent (e.g. pruning's, measured
+    from the unpruned model, so that pruning and compression share one budget); its `margin` how many
+    standard deviations of the noise every decision keeps in hand (0 takes the measured losses at face
+    value, which overfits the data: the chosen bounds then lose more on unseen data). The final
+    measured loss is within the budget either way.
+    layers: fc, conv, all, or layer names (fc3, conv12,conv13), or a pydsz.model.selection.Selection
+    (its size floor). target_ratio: instead, the least loss whose compressed layers are at most
+    their original size / target_ratio.
+    compensation: encode GPTQ-compensated float32 weights (pydsz.compress.compensation.Compensation):
+    each bound's errors are pushed into the weights not yet quantized, so the outputs move less; the
+    bound holds on the stored values (bench/head_to_head.py measures what it pays on data neither
+    set holds).
+    run: the threads, device ("cpu" or "gpu": where the assessment runs the FC tail), executor (where
+    the assessment's and verification's evaluations run: pydsz.assess.executor's Local, the default,
+    or Dask; the results are the same) and progress bars (pydsz.context.Run).
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
     _check_target(target_ratio)
-    reason = ""
-    if metric is None:
-        metric, reason = metrics.default(model, y is not None, output)
-    else:
-        metric = metrics.get(metric, output)
-    budget = Budget(metric, metric.default_max_loss if max_loss is None else max_loss, margin, spent)
-    if compensate is None:
-        compensate = calibration is not None
-    if calibration is not None and not compensate:
-        raise InputError("calibration inputs build the Hessians of the compensation, which is turned off: "
-                         "give compensate too")
-    chosen = compressible_layers(model, layers, min_layer_bytes)
+    budget = Budget.of(budget).for_model(model, y is not None)
+    metric, margin, spent = budget.metric, budget.margin, budget.spent
+    choice = Selection.of(layers)
+    layers = choice.spec
+    chosen = compressible_layers(model, layers, choice.min_bytes)
     names = [l.name for l in chosen]
     x = runtime.fit_inputs(model.input_details(), x)
-    compensator, compensation_warnings = (compensation.for_model(data, names, x, calibration, num_threads)
-                                          if compensate else (None, []))
-    evaluator = Evaluator(data, x, y, names, metric=metric, num_threads=num_threads, device=device,
-                          compensator=compensator)
+    compensator, compensation_warnings = (
+        compensation_for(data, names, x, compensation.calibration, run.num_threads) if compensation.on else (None, []))
+    evaluator = Evaluator(data, x, y, names, metric, run=run, compensator=compensator)
     n = evaluator.samples
     warnings = budget.warnings(n) + compensation_warnings
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)
     allowed = budget.allowed(n)
 
-    executor = executor or Local()
+    executor = run.executor or Local()
     start = time.perf_counter()
     max_size = None
     if target_ratio is not None:
@@ -236,7 +219,7 @@ def compress(
         found = _plan(table, n, allowed, max_size, margin, metric)
         return {name: option.bound for name, option in found.choice.items()} if found else None
 
-    assessment = plan.assess(evaluator, names, allowed, progress=progress, executor=executor, choose=choose)
+    assessment = plan.assess(evaluator, names, allowed, progress=run.progress, executor=executor, choose=choose)
     table = assessment.table
     chosen_plan = _plan(table, n, allowed, max_size, margin, metric)
     # nothing fits (a target ratio beyond the grid): every layer lossless
@@ -279,9 +262,9 @@ def compress(
         fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
         evaluations=(assessment.evaluations + trials + sum("bounds" in a for a in attempts)
                      + sum("bounds" in a and "measured_loss" in a for a in attempts) + tries),
-        evaluation_seconds=seconds, metric_reason=reason, warnings=warnings,
+        evaluation_seconds=seconds, metric_reason=budget.reason, warnings=warnings,
         compensated=list(evaluator.compensator.layers) if evaluator.compensator else [],
-        assessment=assessment.layers, below_floor=selection.below_floor(model, layers, min_layer_bytes),
+        assessment=assessment.layers, below_floor=selection.below_floor(model, layers, choice.min_bytes),
         memory=evaluator.footprint(), constants_rel=constants_rel,
     )
 

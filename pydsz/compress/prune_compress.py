@@ -11,17 +11,20 @@ compress verifies it. `dsz prune` stays for those who want the steps apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass, field, replace
+from typing import Optional, Union
 
 from pydsz.assess.evaluator import Evaluator
 from pydsz.budget import metrics
 from pydsz.budget.rule import Budget
+from pydsz.compress.compensation import Compensation
 from pydsz.compress.pipeline import Result, compress
+from pydsz.context import Run
 from pydsz.errors import InputError
 from pydsz.model.graph import TFLiteModel
-from pydsz.model.selection import KINDS, MIN_LAYER_BYTES, compressible_layers
+from pydsz.model.selection import KINDS, Selection, compressible_layers
 from pydsz.prune import oneshot, retraining
+from pydsz.prune.train import Retraining
 
 # Shares of the budget pruning may spend, tried in turn (one-shot) ...
 SHARES = (0.5, 0.75)
@@ -49,24 +52,29 @@ class Split:
                 f"{self.share:.0%}); sparsity " + ", ".join(f"{k}={v:.3f}" for k, v in self.sparsity.items()))
 
 
-def compress_pruned(tflite_bytes: bytes, x, y=None, max_loss: Optional[float] = None, *, train=None,
-                    calibration=None, metric=None, output: Optional[str] = None, layers: str = "fc",
-                    min_layer_bytes: int = MIN_LAYER_BYTES, margin: float = 1.0, epochs: float = 8,
-                    distill: float = 0.5, seed: int = 0,
-                    progress: bool = False, num_threads: Optional[int] = None, device: str = "cpu",
-                    executor=None, compensate: bool = False) -> tuple[Result, Split]:
+@dataclass(frozen=True)
+class Pruning:
+    """How `--prune auto` prunes: retraining the FC tail on `train` = (x, y) as `settings` say, or
+    one-shot where `train` is None, calibrated on `calibration` (inputs; None: the data's)."""
+
+    train: Optional[tuple] = None
+    calibration: object = None
+    settings: Retraining = Retraining()
+
+
+def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, Budget] = None, *,
+                    layers: Union[str, Selection] = "fc", pruning: Pruning = Pruning(), compensate: bool = False,
+                    run: Run = Run()) -> tuple[Result, Split]:
     """Prune `tflite_bytes` with auto sparsity and compress it, the loss of both together within
-    `max_loss` in `metric` on (x, y) (pipeline.compress's arguments). train: (x, y) to retrain the FC
-    tail on (top-1 only, FC layers only); without it the layers of `layers` are pruned one-shot,
-    calibrated on `calibration` (inputs, default x). Returns compress's Result for the smallest .dsz
-    and the Split."""
+    `budget` on (x, y) (pipeline.compress's arguments). pruning: retraining (top-1 only, FC layers
+    only) or one-shot (the layers of `layers`). compensate: encode GPTQ-compensated weights, their
+    Hessians from x. Returns compress's Result for the smallest .dsz and the Split."""
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
-    if metric is None:
-        metric, _ = metrics.default(model, y is not None, output)
-    else:
-        metric = metrics.get(metric, output)
-    max_loss = metric.default_max_loss if max_loss is None else max_loss
+    budget = Budget.of(budget).for_model(model, y is not None)
+    metric, max_loss, margin = budget.metric, budget.max_loss, budget.margin
+    choice = Selection.of(layers)
+    layers, train = choice.spec, pruning.train
     if layers not in KINDS:
         raise InputError(f"--prune auto prunes the layers of a kind: --layers fc, conv or all, not {layers}")
     retrain = train is not None
@@ -78,28 +86,25 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, max_loss: Optional[float] = 
             raise InputError(f"--prune auto with --train prunes FC layers only; --layers {layers} needs one-shot "
                              "pruning (leave out --train)")
     names = [l.name for l in compressible_layers(model, layers)]
-    judge = Evaluator(data, x, y, names, metric=metric, num_threads=num_threads)
+    judge = Evaluator(data, x, y, names, metric, run=replace(run, device="cpu", executor=None))
     n = judge.samples
-    Budget(metric, max_loss, margin).warnings(n)  # the whole budget, named as the user gave it
+    budget.warnings(n)  # the whole budget, named as the user gave it
     shares = _resolvable(RETRAIN_SHARES if retrain else SHARES, metric, max_loss, margin, n)
     best: Optional[tuple[Result, Split]] = None
     tried = []
     for share in shares:
-        budget = Budget(metric, share * max_loss, margin, option="--max-loss")
+        share_budget = replace(budget, max_loss=share * max_loss)
         if retrain:
-            pruned = retraining.prune_model(data, train, (x, y), "auto", epochs=epochs, auto_budget=budget,
-                                       distill=distill, seed=seed, progress=progress, num_threads=num_threads,
-                                       device=device)
+            pruned = retraining.prune_model(data, train, (x, y), "auto", settings=pruning.settings,
+                                            auto_budget=share_budget, run=replace(run, executor=None))
         else:
-            pruned = oneshot.prune_model(data, x if calibration is None else calibration, (x, y), "auto",
-                                         kinds=KINDS[layers], auto_budget=budget, progress=progress,
-                                         num_threads=num_threads)
+            calibration = x if pruning.calibration is None else pruning.calibration
+            pruned = oneshot.prune_model(data, calibration, (x, y), "auto", kinds=KINDS[layers],
+                                         run=replace(run, executor=None), auto_budget=share_budget)
         # a gain by pruning is noise the bounds should not spend
         spent = max(0.0, judge.measure_model(pruned.tflite).loss / n)
-        result = compress(pruned.tflite, x, y, max_loss, metric=metric, layers=layers,
-                          min_layer_bytes=min_layer_bytes, spent=spent, margin=margin,
-                          progress=progress, num_threads=num_threads, device=device, executor=executor,
-                          compensate=compensate)
+        result = compress(pruned.tflite, x, y, replace(budget, spent=spent),
+                          compensation=Compensation(enabled=compensate), run=run, layers=choice)
         split = Split("retrain" if retrain else "oneshot", share, max_loss, spent, result.loss,
                       {k: v for k, v in pruned.sparsity.items() if v > 0}, pruned.notes)
         tried.append({"share": share, "bytes": len(result.dsz), "ratio": result.ratio, "pruning_loss": spent,
@@ -116,7 +121,7 @@ def _resolvable(shares, metric, max_loss: float, margin: float, n: int) -> list[
     kept, error = [], None
     for share in shares:
         try:
-            Budget(metric, share * max_loss, margin, option="--max-loss").warnings(n)
+            Budget(metric, share * max_loss, margin).warnings(n)
             kept.append(share)
         except InputError as exc:
             error = exc

@@ -6,23 +6,19 @@ of quantization steps k (an integer, 0 = lossless): every decoded integer is wit
 original, so the real value is within k * scale of its channel.
 
 libdsz (through pydsz._core) does prediction, quantization and entropy coding and writes
-frames whose sections are raw; this module checks arguments, handles numpy layouts and
-wraps sections with a general-purpose lossless codec when that makes them smaller
-(the frame header records which codec wraps which section, and its raw size).
+frames whose sections are raw; this module checks arguments, handles numpy layouts and has
+pydsz.format.wrapping wrap sections with a general-purpose lossless codec when that makes them smaller.
 """
 from __future__ import annotations
 
-import bz2
-import lzma
 import math
-import zlib
 from typing import Any
 
 import numpy as np
-import zstandard
 
 from pydsz import _core
 from pydsz.errors import DszError, FormatError, InputError
+from pydsz.format import wrapping
 
 __all__ = ["compress_array", "decompress_array", "encode_sparse", "decode_sparse", "decode_sparse_csr", "sparse_info",
            "stored_array"]
@@ -32,9 +28,6 @@ PREDICTORS = {"none": 0, "lorenzo": 1, "auto": 255}
 PREDICTOR_NAMES = {0: "none", 1: "lorenzo"}
 INDEX_CODECS = {"gap8": 0, "huffgap": 1, "bitmap": 2}
 INDEX_CODEC_NAMES = {v: k for k, v in INDEX_CODECS.items()}
-LOSSLESS_NAMES = {0: "none", 1: "zstd", 2: "lzma", 3: "bz2", 4: "zlib"}
-_NONE, _ZSTD, _LZMA, _BZ2, _ZLIB = range(5)
-_CHUNK = 1 << 20
 BITMAP_MIN_GAIN = 0.97
 
 
@@ -159,62 +152,12 @@ def _open_frame(buf: Any, kind: int, what: str) -> tuple[dict, np.ndarray]:
     return info, u8
 
 
-def _inflate(codec: int, data: np.ndarray, raw_size: int, what: str) -> np.ndarray:
-    """Unwrap a section, never producing more than raw_size (+1 to detect excess) bytes."""
-    if codec == _NONE:
-        return data
-    name = LOSSLESS_NAMES[codec]
-    limit = raw_size + 1
-    try:
-        if codec == _ZSTD:
-            parts, got = [], 0
-            with zstandard.ZstdDecompressor().stream_reader(data.tobytes()) as reader:
-                while got < limit:
-                    chunk = reader.read(min(_CHUNK, limit - got))
-                    if not chunk:
-                        break
-                    parts.append(chunk)
-                    got += len(chunk)
-            out = b"".join(parts)
-        else:
-            dec = {_LZMA: lzma.LZMADecompressor, _BZ2: bz2.BZ2Decompressor, _ZLIB: zlib.decompressobj}[codec]()
-            out = dec.decompress(data.tobytes(), limit)
-            if not dec.eof:
-                raise ValueError("stream incomplete")
-    except (zstandard.ZstdError, lzma.LZMAError, zlib.error, OSError, EOFError, ValueError) as e:
-        raise FormatError(f"{what}: {name}-wrapped section does not decompress: {e}") from None
-    if len(out) != raw_size:
-        raise FormatError(f"{what}: {name}-wrapped section holds {len(out)} bytes, header declares {raw_size}")
-    return np.frombuffer(out, dtype=np.uint8)
 
 
-def _wrap(raw: bytes, codecs: tuple) -> tuple[int, bytes]:
-    """The smallest of the raw section and its lossless compressions: (codec id, bytes)."""
-    best = (_NONE, raw)
-    if not raw:
-        return best
-    for codec, level in codecs:
-        if codec == _ZSTD:
-            packed = zstandard.ZstdCompressor(level=level).compress(raw)
-        elif codec == _LZMA:
-            packed = lzma.compress(raw, preset=level)
-        elif codec == _BZ2:
-            packed = bz2.compress(raw, level)
-        else:
-            packed = zlib.compress(raw, level)
-        if len(packed) < len(best[1]):
-            best = (codec, packed)
-    return best
 
 
-_DATA_WRAPPERS = ((_ZSTD, 3),)
 
 
-def _gap8_wrappers(size: int) -> tuple:
-    """DeepSZ's candidates for the gap bytes; the slow ones only on small sections."""
-    if size <= 1 << 20:
-        return tuple((_ZSTD, lv) for lv in (3, 9, 19, 22)) + ((_LZMA, 9), (_BZ2, 9), (_ZLIB, 9))
-    return ((_ZSTD, 3), (_ZSTD, 9), (_BZ2, 9), (_ZLIB, 9))
 
 
 # ---- array codec ----
@@ -242,8 +185,8 @@ def compress_array(x: Any, error_bound: float, mode: str = "abs", *, predictor: 
                                      MODES[mode], pred, radius)
     info = _core.frame_info(frame)
     data = frame[info["header_size"]:]
-    codec, stored = _wrap(data, _DATA_WRAPPERS)
-    if codec == _NONE:
+    codec, stored = wrapping.wrap(data, wrapping.DATA_WRAPPERS)
+    if codec == wrapping.NONE:
         return frame
     info.update(data_lossless=codec, data_stored=len(stored))
     return _core.write_header(info) + stored
@@ -291,7 +234,7 @@ def decompress_array(buf: Any, out: np.ndarray | None = None) -> np.ndarray:
     or into `out` (an array of that dtype and as many values, C order) without allocating one."""
     info, u8 = _open_frame(buf, _core.KIND_ARRAY, "array stream")
     hs = info["header_size"]
-    data = _inflate(info["data_lossless"], u8[hs:hs + info["data_stored"]], info["data_raw"], "array stream")
+    data = wrapping.inflate(info["data_lossless"], u8[hs:hs + info["data_stored"]], info["data_raw"], "array stream")
     flat = _output(out, info["n_elements"], "decompress_array", zeroed=False, dtype_id=info["dtype"])
     try:
         decode_array_section(info, data, flat)
@@ -334,16 +277,16 @@ def _choose_index(a: np.ndarray, index_codec: str, first: int, section: bytes) -
     candidates = []  # (index codec, lossless codec, stored bytes, raw size)
     gap8 = section if first == INDEX_CODECS["gap8"] else _core.encode_sparse_index(a, INDEX_CODECS["gap8"])
     if index_codec in ("auto", "gap8"):
-        candidates.append((INDEX_CODECS["gap8"], *_wrap(gap8, _gap8_wrappers(len(gap8))), len(gap8)))
+        candidates.append((INDEX_CODECS["gap8"], *wrapping.wrap(gap8, wrapping.gap8_wrappers(len(gap8))), len(gap8)))
     if index_codec in ("auto", "huffgap"):
         huff = section if first == INDEX_CODECS["huffgap"] else _core.encode_sparse_index(a, INDEX_CODECS["huffgap"])
-        candidates.append((INDEX_CODECS["huffgap"], *_wrap(huff, _DATA_WRAPPERS), len(huff)))
+        candidates.append((INDEX_CODECS["huffgap"], *wrapping.wrap(huff, wrapping.DATA_WRAPPERS), len(huff)))
     best = min(candidates, key=lambda c: len(c[2])) if candidates else None
     if index_codec in ("auto", "bitmap"):
         bitmap = section if first == INDEX_CODECS["bitmap"] else _core.encode_sparse_index(a, INDEX_CODECS["bitmap"])
         # the bitmap decodes slower than the gap codecs: take it only when clearly smaller
         if best is None or len(bitmap) < BITMAP_MIN_GAIN * len(best[2]):
-            best = (INDEX_CODECS["bitmap"], _NONE, bitmap, len(bitmap))
+            best = (INDEX_CODECS["bitmap"], wrapping.NONE, bitmap, len(bitmap))
     return SparseIndex(*best, gap8=gap8)
 
 
@@ -380,7 +323,7 @@ def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: st
         index = _choose_index(_pattern(a), index_codec, first, frame[hs + dr:])
     elif frame[hs + dr:] != index.gap8:
         raise ValueError("encode_sparse: the index given was chosen for a matrix with other non-zero positions")
-    data_lossless, data_bytes = _wrap(frame[hs:hs + dr], _DATA_WRAPPERS)
+    data_lossless, data_bytes = wrapping.wrap(frame[hs:hs + dr], wrapping.DATA_WRAPPERS)
     info.update(index_codec=index.codec, index_lossless=index.lossless, index_raw=index.raw,
                 index_stored=len(index.stored), data_lossless=data_lossless, data_stored=len(data_bytes))
     return _core.write_header(info) + data_bytes + index.stored
@@ -390,8 +333,8 @@ def _sparse_sections(buf: Any) -> tuple[dict, np.ndarray, np.ndarray]:
     """A sparse stream's header and its data and index sections, unwrapped."""
     info, u8 = _open_frame(buf, _core.KIND_SPARSE, "sparse stream")
     hs, ds = info["header_size"], info["data_stored"]
-    data = _inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "sparse stream: data section")
-    index = _inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "sparse stream: index section")
+    data = wrapping.inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "sparse stream: data section")
+    index = wrapping.inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "sparse stream: index section")
     return info, data, index
 
 
@@ -460,8 +403,8 @@ def sparse_info(buf: Any) -> dict:
         "predictor": PREDICTOR_NAMES[info["predictor"]],
         "radius": info["radius"],
         "index_codec": INDEX_CODEC_NAMES[info["index_codec"]],
-        "data_lossless": LOSSLESS_NAMES[info["data_lossless"]],
-        "index_lossless": LOSSLESS_NAMES[info["index_lossless"]],
+        "data_lossless": wrapping.NAMES[info["data_lossless"]],
+        "index_lossless": wrapping.NAMES[info["index_lossless"]],
         "header_bytes": info["header_size"],
         "data_bytes": info["data_stored"],
         "index_bytes": info["index_stored"],

@@ -23,12 +23,14 @@ __all__ = ["GpuSteps", "adam_step", "adam_step_device", "forward", "gradients"]
 CHUNK = 8192  # samples per pass of forward(): bounds the device workspace
 
 
-def adam_step_device(param, grad, m, v, mask, t: int, lr: float, beta1: float = 0.9, beta2: float = 0.999,
+def adam_step_device(param, grad, moments: tuple, mask, t: int, lr: float, betas: tuple = (0.9, 0.999),
                      eps: float = 1e-8) -> None:
     """One masked Adam step in place on device arrays (grad is masked in place too; mask may be None).
 
-    t is the step number (from 1), as train._Adam.t; m and v start as zeros.
+    moments: (m, v), which start as zeros; betas: (beta1, beta2); t is the step number (from 1), as
+    train._Adam.t.
     """
+    (m, v), (beta1, beta2) = moments, betas
     if t < 1:
         raise InputError(f"Adam step number {t}: must be >= 1")
     n = param.size
@@ -42,13 +44,12 @@ def adam_step_device(param, grad, m, v, mask, t: int, lr: float, beta1: float = 
             block=(_cuda.THREADS, 1, 1), grid=(_cuda.blocks(n), 1))
 
 
-def adam_step(param: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarray, mask: Optional[np.ndarray],
-              t: int, lr: float, beta1: float = 0.9, beta2: float = 0.999,
-              eps: float = 1e-8) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def adam_step(param: np.ndarray, grad: np.ndarray, moments: tuple, mask: Optional[np.ndarray], t: int, lr: float,
+              betas: tuple = (0.9, 0.999), eps: float = 1e-8) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """adam_step_device on host arrays: returns the new (param, m, v); the inputs are not changed."""
-    arrays = [_cuda.to_gpu(a, np.float32) for a in (param, grad, m, v)]
+    arrays = [_cuda.to_gpu(a, np.float32) for a in (param, grad, *moments)]
     mask_gpu = None if mask is None else _cuda.to_gpu(mask, np.float32)
-    adam_step_device(*arrays, mask_gpu, t, lr, beta1, beta2, eps)
+    adam_step_device(arrays[0], arrays[1], (arrays[2], arrays[3]), mask_gpu, t, lr, betas, eps)
     p, _, m_new, v_new = (a.get().reshape(np.shape(param)) for a in arrays)
     return p, m_new, v_new
 
@@ -171,9 +172,9 @@ class GpuSteps:
         self.t += 1
         for i, (p, (gw, gb)) in enumerate(zip(self.params, grads)):
             mw, vw, mb, vb = self.state[i]
-            adam_step_device(self.w[i], gw, mw, vw, self.masks[i], self.t, lr)
+            adam_step_device(self.w[i], gw, (mw, vw), self.masks[i], self.t, lr)
             if p.train_bias:
-                adam_step_device(self.b[i], gb, mb, vb, None, self.t, lr)
+                adam_step_device(self.b[i], gb, (mb, vb), None, self.t, lr)
 
     def average(self, k: int) -> None:
         """Fold the current parameters into the running mean as its k-th term."""

@@ -9,147 +9,51 @@ copy of the file with some tensors' bytes overwritten, which is all the .dsz con
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from pydsz.errors import DszError, FormatError, InputError
+from pydsz.model.tensors import (
+    BIAS_INPUT,
+    DATA_INPUT,
+    DTYPES,
+    INTEGER_TYPES,
+    KINDS,
+    STORED_TYPES,
+    Layer,
+    Op,
+    Tensor,
+    WeightBuffer,
+    computed_by,
+    enum_names,
+    parse_options,
+)
 
 try:
     import tflite
 except ImportError:  # the framework's extra; decoding a .dsz never needs it
     tflite = None
 
-__all__ = ["Layer", "Op", "Tensor", "TFLiteModel", "WeightBuffer"]
+__all__ = ["TFLiteModel"]
 
 _IDENTIFIER = b"TFL3"
 _SCHEMA_VERSION = 3
 
-KINDS = {"FULLY_CONNECTED": "fc", "CONV_2D": "conv", "DEPTHWISE_CONV_2D": "conv", "TRANSPOSE_CONV": "conv"}
-# where an op's data input and bias are (the weight is input 1 of all of them): TRANSPOSE_CONV reads
-# (output shape, weights, input[, bias])
-_DATA_INPUT = {"TRANSPOSE_CONV": 2}
-_BIAS_INPUT = {"TRANSPOSE_CONV": 3}
-# stored dtypes of compressible weights (float16: behind a DEQUANTIZE op; int8/uint8: quantized)
-_STORED_TYPES = ("FLOAT32", "FLOAT16", "INT8", "UINT8")
-INTEGER_TYPES = ("INT8", "UINT8")
-
-_DTYPES = {
-    "FLOAT32": "<f4", "FLOAT16": "<f2", "FLOAT64": "<f8", "INT8": "i1", "UINT8": "u1",
-    "INT16": "<i2", "UINT16": "<u2", "INT32": "<i4", "UINT32": "<u4", "INT64": "<i8",
-    "UINT64": "<u8", "BOOL": "?",
-}
-
-# Options tables this package reads, by op name; other ops keep an empty options dict.
-_OPTION_CLASSES = {
-    "FULLY_CONNECTED": "FullyConnectedOptions", "CONV_2D": "Conv2DOptions",
-    "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions", "SOFTMAX": "SoftmaxOptions",
-    "ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions", "DIV": "DivOptions",
-    "LEAKY_RELU": "LeakyReluOptions",
-}
-_OPTION_FIELDS = {
-    "FusedActivationFunction": "activation", "KeepNumDims": "keep_num_dims",
-    "WeightsFormat": "weights_format", "Beta": "beta", "Alpha": "alpha",
-    # convolution geometry (pydsz.prune.oneshot's im2col); padding stays the schema's enum: 0 SAME, 1 VALID
-    "Padding": "padding", "StrideH": "stride_h", "StrideW": "stride_w",
-    "DilationHFactor": "dilation_h", "DilationWFactor": "dilation_w", "DepthMultiplier": "depth_multiplier",
-}
 
 
-def _enum_names(enum_class) -> dict:
-    return {v: k for k, v in vars(enum_class).items() if not k.startswith("_")}
 
 
-@dataclass(frozen=True)
-class Tensor:
-    index: int
-    name: str
-    shape: tuple
-    shape_signature: tuple  # -1 marks a dynamic dimension (the batch); equals shape when absent
-    type: str  # TFLite type name: "FLOAT32", "INT8", ...
-    buffer: int  # 0: no constant data
-    quantized: bool
-    sparse: bool
-    # affine quantization (real = scale * (q - zero_point)), per tensor or per channel along `axis`
-    scale: tuple = ()
-    zero_point: tuple = ()
-    axis: int = 0
-
-    @property
-    def dtype(self) -> Optional[np.dtype]:
-        code = _DTYPES.get(self.type)
-        return None if code is None else np.dtype(code)
 
 
-@dataclass(frozen=True)
-class Op:
-    index: int
-    name: str  # builtin operator name ("FULLY_CONNECTED", "RELU", ...) or "CUSTOM:<code>"
-    inputs: tuple  # tensor indices; -1 marks an absent optional input
-    outputs: tuple
-    options: dict  # activation (name), keep_num_dims, beta, alpha, ... for the ops in _OPTION_CLASSES
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV op of subgraph 0 and where its
-    weights live."""
-
-    name: str  # fc1, fc2, ... / conv1, conv2, ... (every kind of convolution) in execution order
-    kind: str  # "fc" or "conv"
-    op: str  # the builtin operator name
-    op_index: int
-    input: int  # tensor indices
-    output: int
-    weight: int
-    bias: Optional[int]  # None when the op has no bias input
-    activation: str  # fused activation: "NONE", "RELU", "RELU6", ...
-    shape: tuple  # weight shape: FC [out, in], conv OHWI, depthwise [1, H, W, C*M]
-    dtype: str  # TFLite type name of the weight tensor the op reads
-    buffer: int  # the stored constant's buffer; 0 when there is none
-    offset: int  # absolute file offset of the stored bytes (-1 when there are none)
-    nbytes: int
-    compressible: bool  # float32 or float16 constant weights that only layer weights read
-    skip_reason: str  # why not compressible ("" when it is)
-    shared_with: tuple = ()  # names of the other layers whose weight is the same buffer
-    # the constant whose bytes hold the weights: the weight tensor itself, or the float16 input of
-    # the DEQUANTIZE op that computes it (the converter's float16 option); -1 when there is none
-    stored: int = -1
-    stored_dtype: str = ""  # TFLite type name of the stored constant: "FLOAT32", "FLOAT16", ...
-
-    @property
-    def buffer_index(self) -> int:
-        """The same as `buffer` (the name the container's table uses)."""
-        return self.buffer
 
 
-@dataclass(frozen=True)
-class WeightBuffer:
-    """A compressible buffer, listed once however many layers read it."""
-
-    buffer: int
-    layers: tuple  # names of the layers that read it, in execution order
-    shape: tuple
-    dtype: str  # the stored dtype (TFLite type name)
-    offset: int
-    nbytes: int
 
 
-def _parse_options(op, name: str) -> dict:
-    class_name = _OPTION_CLASSES.get(name)
-    table = op.BuiltinOptions()
-    if class_name is None or table is None:
-        return {}
-    options = getattr(tflite, class_name)()
-    options.Init(table.Bytes, table.Pos)
-    activations = _enum_names(tflite.ActivationFunctionType)
-    parsed = {}
-    for method, key in _OPTION_FIELDS.items():
-        if hasattr(options, method):
-            value = getattr(options, method)()
-            parsed[key] = activations.get(value, str(value)) if key == "activation" else value
-    return parsed
+
+
 
 
 class TFLiteModel:
@@ -182,8 +86,8 @@ class TFLiteModel:
             raise FormatError("TFLite model has no subgraphs")
         self._buffers = [self._buffer_extent(model.Buffers(i), i) for i in range(model.BuffersLength())]
 
-        op_names = _enum_names(tflite.BuiltinOperator)
-        types = _enum_names(tflite.TensorType)
+        op_names = enum_names(tflite.BuiltinOperator)
+        types = enum_names(tflite.TensorType)
         codes = []
         for i in range(model.OperatorCodesLength()):
             code = model.OperatorCodes(i)
@@ -241,7 +145,7 @@ class TFLiteModel:
             self.ops.append(Op(index=i, name=name,
                                inputs=indices(op.InputsAsNumpy(), "input", i),
                                outputs=indices(op.OutputsAsNumpy(), "output", i),
-                               options=_parse_options(op, name)))
+                               options=parse_options(op, name)))
         self.inputs = indices(graph.InputsAsNumpy(), "graph input", -1)
         self.outputs = indices(graph.OutputsAsNumpy(), "graph output", -1)
         self._keys = self._io_keys(model)
@@ -292,21 +196,6 @@ class TFLiteModel:
         source = self.tensors[producer.inputs[0]]
         return source if self._has_data(source) and source.type == "FLOAT16" else None
 
-    def _computed_by(self, tensor: int) -> str:
-        """How a weight without constant data is computed, followed back to its sources: the op
-        nearest the weight alone says too little (DEQUANTIZE of a DENSIFY'd sparse constant)."""
-        producers = {t: op for op in self.ops for t in op.outputs}
-        chain = []
-        while tensor in producers and len(chain) < 8 and producers[tensor].inputs:
-            chain.append(producers[tensor].name)
-            tensor = producers[tensor].inputs[0]
-        if not chain:
-            return "not a constant"
-        text = "computed by a " + " op from a ".join(chain) + " op"
-        if "DENSIFY" in chain:
-            text += " (sparse-format weights are kept lossless)"
-        return text
-
     def _has_data(self, t: Tensor) -> bool:
         # converters may give a computed tensor an empty buffer of its own rather than buffer 0
         return t.buffer != 0 and self._buffers[t.buffer][0] >= 0 and self._buffers[t.buffer][1] > 0
@@ -340,10 +229,10 @@ class TFLiteModel:
             if offset < 0:
                 offset, nbytes = -1, 0
             reason = self._skip_reason(w, stored, nbytes, weight_tensors)
-            b = _BIAS_INPUT.get(op.name, 2)
+            b = BIAS_INPUT.get(op.name, 2)
             bias = op.inputs[b] if len(op.inputs) > b and op.inputs[b] >= 0 else None
             result.append(Layer(
-                name=name, kind=kind, op=op.name, op_index=op.index, input=op.inputs[_DATA_INPUT.get(op.name, 0)],
+                name=name, kind=kind, op=op.name, op_index=op.index, input=op.inputs[DATA_INPUT.get(op.name, 0)],
                 output=op.outputs[0], weight=w.index, bias=bias,
                 activation=op.options.get("activation", "NONE"), shape=w.shape, dtype=w.type,
                 buffer=stored.buffer if stored is not None else 0, offset=offset, nbytes=nbytes,
@@ -355,8 +244,8 @@ class TFLiteModel:
 
     def _skip_reason(self, w: Tensor, stored: Optional[Tensor], nbytes: int, weight_tensors: set) -> str:
         if stored is None or nbytes == 0:
-            return f"weight tensor {w.index} ({w.name!r}) has no constant data: {self._computed_by(w.index)}"
-        if stored.type not in _STORED_TYPES:
+            return f"weight tensor {w.index} ({w.name!r}) has no constant data: {computed_by(self.ops, w.index)}"
+        if stored.type not in STORED_TYPES:
             return f"{stored.type} weights are kept lossless (float32, float16, int8 and uint8 weights are compressed)"
         if stored.type in INTEGER_TYPES:
             if not stored.quantized:
@@ -485,13 +374,13 @@ class TFLiteModel:
             array = np.asarray(array)
             if isinstance(key, str) and type_name in INTEGER_TYPES and array.dtype.kind == "f" and layer.compressible:
                 scale, zero = self.quantization(layer)
-                info = np.iinfo(np.dtype(_DTYPES[type_name]))
+                info = np.iinfo(np.dtype(DTYPES[type_name]))
                 with np.errstate(invalid="ignore", divide="ignore"):
                     q = np.rint(array.astype(np.float64) / scale) + zero
-                array = np.clip(np.nan_to_num(q), info.min, info.max).astype(_DTYPES[type_name])
+                array = np.clip(np.nan_to_num(q), info.min, info.max).astype(DTYPES[type_name])
             if array.shape != tuple(shape):
                 raise InputError(f"{what}: array of shape {array.shape} does not match the tensor's {tuple(shape)}")
-            dtype = np.dtype(_DTYPES[type_name])
+            dtype = np.dtype(DTYPES[type_name])
             if not np.can_cast(array.dtype, dtype, casting="same_kind"):
                 raise InputError(f"{what}: cannot store {array.dtype} values in a {type_name} tensor")
             # the values' bytes as views, written once into the new file: no copy of a large model's

@@ -9,7 +9,8 @@ named explicitly is kept whatever its size.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 from pydsz.errors import InputError
 
@@ -20,6 +21,20 @@ KINDS = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}
 # the default floor: below it a stream's headers eat the saving (bench/engine.py's models: every layer
 # under 256 bytes was kept lossless by the full assessment, or saved under 20 bytes)
 MIN_LAYER_BYTES = 256
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which layers a command compresses: `spec` (fc, conv, all, or layer names: parse), the layers
+    chosen by kind from `min_bytes` on (named ones whatever their size)."""
+
+    spec: str = "fc"
+    min_bytes: int = MIN_LAYER_BYTES
+
+    @classmethod
+    def of(cls, layers: Union[str, "Selection"]) -> "Selection":
+        """A Selection as given, or a spec's with the default floor."""
+        return layers if isinstance(layers, Selection) else cls(layers)
 
 
 def parse(spec: str) -> tuple[tuple, tuple]:

@@ -22,10 +22,11 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from pydsz.budget.rule import Budget
+from pydsz.context import Run
 from pydsz.prune import auto_sparsity
 from pydsz.prune.gptq import DAMP, MAX_HESSIAN_BYTES, inverse_factor, sweep
 from pydsz.prune.masks import AUTO_LADDER, by_size, masks_for
-from pydsz.prune.train import ACTIVATIONS, Dense, _softmax, logits, retrain
+from pydsz.prune.train import ACTIVATIONS, Dense, Retraining, _softmax, logits, retrain
 
 # Multiply-adds the curves may spend per evaluation of the tail: their samples are as many as fit (at
 # least PROXY_MIN, at most PROXY_MAX), so that VGG-16's 103M-weight fc1 is not run on thousands.
@@ -71,23 +72,26 @@ def tail_curves(layers: Sequence[Dense], h: np.ndarray, names: Sequence[str], pr
                                   progress=progress)
 
 
-def choose(layers: list[Dense], h: np.ndarray, y: np.ndarray, h_val: np.ndarray, y_val: np.ndarray,
-           names: Sequence[str], judged: Budget, *, epochs: float = 1, seed: int = 0, progress: bool = False,
-           teacher: Optional[Sequence[Dense]] = None, distill: float = 0.5, device: str = "cpu") -> AutoPlan:
-    """The most pruned plan whose brief retraining stays within `judged` on the validation labels, from
-    the candidate family predicted smallest. A brief retraining moves a converged model by itself, so a
-    trial is compared with the same brief retraining of the unpruned tail, sample by sample (McNemar's
-    noise of the flips). InputError when the validation set cannot tell the smallest pruning of the
-    largest layer from noise."""
+def choose(layers: list[Dense], train: tuple, val: tuple, names: Sequence[str], judged: Budget, *,
+           settings: Retraining = Retraining(epochs=1), teacher: Optional[Sequence[Dense]] = None,
+           run: Run = Run()) -> AutoPlan:
+    """The most pruned plan whose brief retraining (`settings`: one epoch by default) stays within
+    `judged` on the validation labels, from the candidate family predicted smallest. train, val: the
+    tail's cached inputs and their labels, (h, y). A brief retraining moves a converged model by
+    itself, so a trial is compared with the same brief retraining of the unpruned tail, sample by
+    sample (McNemar's noise of the flips). InputError when the validation set cannot tell the smallest
+    pruning of the largest layer from noise."""
+    (h, y), (h_val, y_val) = train, val
+    quiet = replace(run, progress=False)  # a bar per brief retraining would drown the search's own
     warnings = judged.warnings(len(y_val))  # an InputError where the samples cannot resolve the budget
     allowed = judged.allowed(len(y_val))
 
     def trained(targets):
-        return retrain(layers, masks_for(layers, {}), h, y, epochs=epochs, seed=seed, targets=targets or None,
-                       teacher=teacher, distill=distill, device=device)
+        return retrain(layers, masks_for(layers, {}), h, y, settings, targets=targets or None, teacher=teacher,
+                       run=quiet)
 
     def hits(candidate):
-        return np.argmax(logits(candidate, h_val, device), axis=1) == y_val
+        return np.argmax(logits(candidate, h_val, run.device), axis=1) == y_val
 
     reference = hits(trained({}))
 
@@ -100,12 +104,12 @@ def choose(layers: list[Dense], h: np.ndarray, y: np.ndarray, h_val: np.ndarray,
         # the plan is kept only once its full retraining is within the budget (prune._final_auto)
         return auto_sparsity.Trial(plan, lost - gained <= allowed, lost - gained, noise)
 
-    curves = tail_curves(layers, h, names, progress)
+    curves = tail_curves(layers, h, names, run.progress)
     families = {"per-layer": auto_sparsity.plans(curves),
                 "global magnitude": auto_sparsity.global_plans({l.name: l.weight for l in layers if l.name in names})}
     found, notes = [], list(warnings)
     for name, family in families.items():
-        index, trials = auto_sparsity.search(family, trial, progress, desc=f"auto sparsity ({name})")
+        index, trials = auto_sparsity.search(family, trial, run.progress, desc=f"auto sparsity ({name})")
         size = auto_sparsity.predicted_bytes(curves, family[index])
         found.append((name, family, index, size))
         notes.append(f"auto, {name}: {auto_sparsity.describe(family[index])} (predicted {size} bytes; "
@@ -141,25 +145,25 @@ def oneshot_masks(layers: Sequence[Dense], h: np.ndarray, targets: dict) -> Opti
 GRADUAL, ONESHOT = "gradual magnitude", "one-shot masks, retrained"
 
 
-def retrain_as(schedule: str, dense: list[Dense], h: np.ndarray, y: np.ndarray, targets: dict,
-               **common) -> Optional[list[Dense]]:
-    """The full retraining of the tail at `targets` by `schedule`: GRADUAL (magnitude masks tightening on
-    Zhu & Gupta's cubic ramp) or ONESHOT (SparseGPT's masks and compensated weights, held while
-    retraining); None where ONESHOT's Hessians would be too large."""
+def retrain_as(schedule: str, dense: list[Dense], train: tuple, targets: dict, *, settings: Retraining,
+               teacher: Optional[Sequence[Dense]], run: Run) -> Optional[list[Dense]]:
+    """The full retraining of the tail on train = (h, y) at `targets` by `schedule`: GRADUAL (magnitude
+    masks tightening on Zhu & Gupta's cubic ramp) or ONESHOT (SparseGPT's masks and compensated
+    weights, held while retraining); None where ONESHOT's Hessians would be too large."""
+    h, y = train
     if schedule == GRADUAL:
-        return retrain(dense, masks_for(dense, {}), h, y, targets=targets, **common)
+        return retrain(dense, masks_for(dense, {}), h, y, settings, targets=targets, teacher=teacher, run=run)
     start = oneshot_masks(dense, h, targets)
-    return None if start is None else retrain(start, masks_for(start, {}), h, y, **common)
+    return None if start is None else retrain(start, masks_for(start, {}), h, y, settings, teacher=teacher, run=run)
 
 
-def final(dense: list[Dense], h: np.ndarray, y: np.ndarray, targets: dict, lost: Callable, *, epochs: float,
-          seed: int, progress: bool, teacher, distill: float, device: str) -> tuple[list[Dense], str, int]:
+def final(dense: list[Dense], train: tuple, targets: dict, lost: Callable, *, settings: Retraining,
+          teacher: Optional[Sequence[Dense]], run: Run) -> tuple[list[Dense], str, int]:
     """The full retraining at `targets`, the two schedules of retrain_as compared. Returns the layers that
     lose fewer validation samples (`lost(layers)`), the schedule's name and that count."""
-    common = dict(epochs=epochs, seed=seed, progress=progress, teacher=teacher, distill=distill, device=device)
     results = []
     for schedule in (GRADUAL, ONESHOT):
-        layers = retrain_as(schedule, dense, h, y, targets, **common)
+        layers = retrain_as(schedule, dense, train, targets, settings=settings, teacher=teacher, run=run)
         if layers is not None:
             results.append((lost(layers), schedule, layers))
     count, name, layers = min(results, key=lambda r: r[0])

@@ -22,7 +22,8 @@ import numpy as np
 
 from pydsz.errors import InputError
 from pydsz.model import runtime
-from pydsz.model.graph import Layer, TFLiteModel
+from pydsz.model.graph import TFLiteModel
+from pydsz.model.tensors import Layer
 
 DAMP = 0.01  # share of H's mean diagonal added to it: keeps the inverse stable (SparseGPT's default)
 BLOCK = 128  # columns per lazy block: updates within a block are rank-1, across blocks one matmul

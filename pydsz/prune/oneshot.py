@@ -37,8 +37,7 @@ class OneShotResult:
 
 def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapping[str, float]] = 0.5, *,
                  kinds: Sequence[str] = ("fc",), nm: Optional[tuple[int, int]] = None, damp: float = DAMP,
-                 max_hessian_bytes: int = MAX_HESSIAN_BYTES, progress: bool = False,
-                 num_threads: Optional[int] = None) -> OneShotResult:
+                 max_hessian_bytes: int = MAX_HESSIAN_BYTES, run: Run = Run()) -> OneShotResult:
     """SparseGPT on every selected layer, in execution order, each on the inputs the layers already
     pruned produce. sparsity: one fraction, or {layer: fraction}; nm=(n, m) prunes n of every m
     consecutive inputs instead (sparsity n/m). x: calibration inputs, no labels needed."""
@@ -58,8 +57,8 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
     todo = [l for l in layers if l.name in targets and targets[l.name] > 0 and l.name not in already]
     check_memory(todo, max_hessian_bytes)
     seconds: dict[str, float] = {}
-    inputs = Sequential(model, x, todo, num_threads)
-    for layer in tqdm(todo, desc="one-shot pruning", unit="layer", disable=not progress, leave=False):
+    inputs = Sequential(model, x, todo, run.num_threads)
+    for layer in tqdm(todo, desc="one-shot pruning", unit="layer", disable=not run.progress, leave=False):
         start = time.perf_counter()
         h = inputs.hessian(model, layer)
         factors = [inverse_factor(g, damp) for g in h]
@@ -73,44 +72,33 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
 def prune_model(
     tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.ndarray, Optional[np.ndarray]],
     sparsity: Union[float, Mapping[str, float], tuple[int, int], str], *, kinds: Sequence[str] = ("fc",),
-    auto_budget: Union[float, Budget] = 0.001, metric=None, output: Optional[str] = None, progress: bool = False,
-    num_threads: int | None = None,
+    auto_budget: Union[float, Budget] = 0.001, run: Run = Run(),
 ) -> PruneResult:
-    """Prune the layers of `kinds` one-shot (pydsz.prune.oneshot: SparseGPT from calibration inputs, no
-    training). sparsity: a fraction, {layer: fraction}, an n:m pattern (n, m), or "auto" (as
-    auto_sparsity decides, on one-shot trials judged on `val` by `metric`: a pydsz.budget.metrics spec, by
-    default top1 with labels, expected-top1 without for a classifier, output-error otherwise;
-    auto_budget is in the metric's unit, or a pydsz.budget.rule.Budget: its metric, margin and option name). The labels, when given, also measure top-1 before and after."""
+    """Prune the layers of `kinds` one-shot (SparseGPT from calibration inputs, no training).
+    sparsity: a fraction, {layer: fraction}, an n:m pattern (n, m), or "auto" (as auto_sparsity
+    decides, on one-shot trials judged on `val`). auto_budget: a pydsz.budget.rule.Budget (its metric,
+    by default top1 with labels, expected-top1 without for a classifier, output-error otherwise; its
+    margin and option name), or a number as max_loss in that default metric with auto's margin. The
+    labels, when given, also measure top-1 before and after; without them the budget's metric says
+    what pruning cost."""
     x_val, y_val = val
 
     def top1(model: bytes) -> Optional[float]:
-        return None if y_val is None else runtime.accuracy(model, x_val, y_val, num_threads=num_threads)
+        return None if y_val is None else runtime.accuracy(model, x_val, y_val, num_threads=run.num_threads)
 
     nm = sparsity if isinstance(sparsity, tuple) else None
+    judged = Budget.of(auto_budget, margin=AUTO_MARGIN, option="--auto-budget", margin_option=None) \
+        .for_model(TFLiteModel(tflite_bytes), y_val is not None)
     notes: list[str] = []
-    if sparsity == "auto" and isinstance(auto_budget, Budget):
-        judged = auto_budget
-        notes.append(f"auto judged by {judged.metric.spec}")
-    elif sparsity == "auto":
-        if metric is None:
-            judge_by, why = metrics.default(TFLiteModel(tflite_bytes), y_val is not None, output)
-            notes.append(f"auto judged by {judge_by.spec} ({why})")
-        else:
-            judge_by = metrics.get(metric, output)
-            notes.append(f"auto judged by {judge_by.spec}")
-        judged = Budget(judge_by, auto_budget, AUTO_MARGIN, option="--auto-budget", margin_option=None)
     if sparsity == "auto":
-        sparsity, warnings = _oneshot_auto(tflite_bytes, calibration, val, kinds, judged,
-                                           Run(num_threads, progress=progress))
+        notes.append(f"auto judged by {judged.metric.spec}" + (f" ({judged.reason})" if judged.reason else ""))
+        sparsity, warnings = _oneshot_auto(tflite_bytes, calibration, val, kinds, judged, run)
         notes += warnings
     elif isinstance(sparsity, str):
         raise InputError(f"sparsity {sparsity!r}: give a fraction, name=value pairs, n:m or auto")
-    result = prune_layers(tflite_bytes, calibration, 0.0 if nm else sparsity, kinds=kinds, nm=nm,
-                          progress=progress, num_threads=num_threads)
-    if y_val is None:  # no top-1 says what pruning cost: the metric against the unpruned model does
-        drift = metrics.get(metric, output) if metric else metrics.default(TFLiteModel(tflite_bytes), False, output)[0]
-        if not drift.needs_labels:
-            notes.append(_loss_note(bytes(tflite_bytes), result.tflite, x_val, drift, num_threads))
+    result = prune_layers(tflite_bytes, calibration, 0.0 if nm else sparsity, kinds=kinds, nm=nm, run=run)
+    if y_val is None and not judged.metric.needs_labels:  # no top-1 says what pruning cost: the metric does
+        notes.append(_loss_note(bytes(tflite_bytes), result.tflite, x_val, judged.metric, run.num_threads))
     return PruneResult(result.tflite, result.sparsity, result.pruned, result.already_sparse,
                        top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds, notes)
 
@@ -138,14 +126,14 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     if not layers:
         return {}, []
     check_memory(layers)
-    judge = Evaluator(tflite_bytes, x_val, y_val, names, metric=metric, num_threads=num_threads)
+    quiet = Run(num_threads)  # the evaluators and trials run on the CPU, without bars of their own
+    judge = Evaluator(tflite_bytes, x_val, y_val, names, metric, run=quiet)
     n = judge.samples
     warnings = judged.warnings(n)
     allowed = judged.allowed(n)
     # the curves rank by a smooth loss where the budget's moves by whole samples
-    proxy = (Evaluator(tflite_bytes, x_val, y_val, names, metric=metrics.UserMetric(divergence, "divergence",
-                                                                                 metric.output),
-                       num_threads=num_threads) if metric.classifier else judge)
+    divergence_metric = metrics.UserMetric(divergence, "divergence", metric.output)
+    proxy = Evaluator(tflite_bytes, x_val, y_val, names, divergence_metric, run=quiet) if metric.classifier else judge
     factors = {}
     hessians = Sequential(model, calibration, layers, num_threads)  # the model never changes here
 
@@ -161,7 +149,7 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     family = auto_sparsity.plans(curves)
 
     def trial(plan: dict) -> auto_sparsity.Trial:
-        pruned = prune_layers(tflite_bytes, calibration, plan, kinds=kinds, num_threads=num_threads).tflite
+        pruned = prune_layers(tflite_bytes, calibration, plan, kinds=kinds, run=quiet).tflite
         m = judge.measure_model(pruned)
         return auto_sparsity.Trial(plan, judged.within(m.loss, m.noise, allowed), m.loss, m.noise)
 

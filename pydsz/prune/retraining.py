@@ -18,13 +18,14 @@ import numpy as np
 
 from pydsz.budget import metrics
 from pydsz.budget.rule import Budget, risk
+from pydsz.context import Run
 from pydsz.errors import InputError
 from pydsz.model import runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.tail import Tail
 from pydsz.prune import auto_retrain, auto_sparsity
 from pydsz.prune.masks import ALREADY_SPARSE, AUTO_MARGIN, Sparsity, density, masks_for, sparsity_targets
-from pydsz.prune.train import MIN_TRAIN_SAMPLES, Dense, logits, retrain, tail_layers
+from pydsz.prune.train import MIN_TRAIN_SAMPLES, Dense, Retraining, logits, retrain, tail_layers
 
 
 @dataclass
@@ -59,19 +60,19 @@ def _auto_budget(budget: Union[float, Budget], margin: float = AUTO_MARGIN) -> B
 
 def prune_model(
     tflite_bytes: bytes, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
-    sparsity: Sparsity, *, epochs: float = 8, auto_budget: Union[float, Budget] = 0.001, distill: float = 0.5,
-    seed: int = 0,
-    progress: bool = False, num_threads: int | None = None, device: str = "cpu",
+    sparsity: Sparsity, *, settings: Retraining = Retraining(), auto_budget: Union[float, Budget] = 0.001,
+    run: Run = Run(),
 ) -> PruneResult:
     """Prune the FC layers of a .tflite model by magnitude and retrain its FC tail with the masks held.
 
-    sparsity: one fraction for every FC layer, {layer: fraction}, or "auto" (pydsz.prune.auto_retrain: the
-    plan of the smallest predicted file whose retraining keeps the validation top-1 within auto_budget,
-    a share of accuracy, or a pydsz.budget.rule.Budget in top-1 whose option name its errors give). Layers already at least ALREADY_SPARSE
-    sparse are left alone. The trunk before the first FC layer stays frozen: its output is
-    captured once and the tail retrains on it. `distill`: the unpruned tail's share of the
-    training target (knowledge distillation; 0 trains on the labels alone). device: "cpu" or
-    "gpu" (pydsz.gpu.device.resolve), where the tail retrains.
+    sparsity: one fraction for every FC layer, {layer: fraction}, or "auto" (pydsz.prune.auto_retrain:
+    the plan of the smallest predicted file whose retraining keeps the validation top-1 within
+    auto_budget, a share of accuracy, or a pydsz.budget.rule.Budget in top-1 whose option name its
+    errors give). Layers already at least ALREADY_SPARSE sparse are left alone. The trunk before the
+    first FC layer stays frozen: its output is captured once and the tail retrains on it, as
+    `settings` say (pydsz.prune.train.Retraining: epochs, the unpruned tail's share `distill` of the
+    training target, seed, ...). run: the interpreter's threads, the device ("cpu" or "gpu":
+    pydsz.gpu.device.resolve) where the tail retrains, progress bars.
     """
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
@@ -79,6 +80,7 @@ def prune_model(
     fcs = _fc_layers(model, "no prunable FC layer")
     if len(x) < MIN_TRAIN_SAMPLES:
         raise InputError(f"training set of {len(x)} samples: too small to retrain (need >= {MIN_TRAIN_SAMPLES})")
+    num_threads, distill = run.num_threads, settings.distill
     top1_before = runtime.accuracy(data, x_val, y_val, num_threads=num_threads)
     layers, tail_input = _trainable_tail(model, fcs[0].name)
     already = [l.name for l in layers if 1 - density(l.weight) >= ALREADY_SPARSE]
@@ -98,15 +100,16 @@ def prune_model(
     notes: list[str] = []
     if targets == "auto":
         judged = _auto_budget(auto_budget)
-        chosen = auto_retrain.choose(layers, h, y, h_val, y_val, todo, judged, seed=seed, progress=progress,
-                                     teacher=teacher if distill else None, distill=distill, device=device)
-        layers, targets, schedule = _final_auto(layers, h, y, h_val, y_val, chosen, judged, teacher, epochs=epochs,
-                                                seed=seed, progress=progress, distill=distill, device=device)
+        chosen = auto_retrain.choose(layers, (h, y), (h_val, y_val), todo, judged,
+                                     settings=replace(settings, epochs=1), teacher=teacher if distill else None,
+                                     run=run)
+        layers, targets, schedule = _final_auto(layers, (h, y), (h_val, y_val), chosen, judged,
+                                                teacher if distill else None, settings, run)
         notes += chosen.notes
         notes.append(f"auto kept {auto_sparsity.describe(targets)}, retrained by {schedule}")
     elif targets:
-        layers = retrain(layers, masks_for(layers, {}), h, y, epochs=epochs, seed=seed, progress=progress,
-                         targets=targets, teacher=teacher if distill else None, distill=distill, device=device)
+        layers = retrain(layers, masks_for(layers, {}), h, y, settings, targets=targets,
+                         teacher=teacher if distill else None, run=run)
     del h, h_val  # the new model's bytes need not sit beside the activations
     out, sparsities = _written(model, layers)
     del layers  # written into `out`: the interpreter measuring it need not sit beside them
@@ -114,8 +117,8 @@ def prune_model(
                        runtime.accuracy(out, x_val, y_val, num_threads=num_threads), notes=notes)
 
 
-def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, epochs, seed, progress, distill,
-                device) -> tuple[list[Dense], dict, str]:
+def _final_auto(dense, train: tuple, val: tuple, chosen, judged: Budget, teacher, settings: Retraining,
+                run: Run) -> tuple[list[Dense], dict, str]:
     """The full retraining of auto's plan, checked on the validation labels against the unpruned tail.
     The brief trials only rank plans: a retraining compressed into one epoch loses many times what the
     full one loses (LeNet-300-100 at 94/92/50%: 150 validation samples after one epoch, 65 after four,
@@ -126,10 +129,10 @@ def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, e
     otherwise be the luckiest: on 500 validation samples such a plan lost 2.15 test points for 0.8 measured),
     a margin widened for the CLIMB looks where the budget is noisy (below).
     Returns the layers, the plan kept and its schedule."""
+    (h_val, y_val), device = val, run.device
     allowed = judged.allowed(len(y_val))
     reference = np.argmax(logits(dense, h_val, device), axis=1) == y_val
-    common = dict(epochs=epochs, seed=seed, progress=progress, teacher=teacher if distill else None,
-                  distill=distill, device=device)
+    common = dict(settings=settings, teacher=teacher, run=run)
 
     def measured(layers) -> tuple[int, int]:
         """Validation samples lost net of those gained against the unpruned tail, and those changed."""
@@ -155,7 +158,7 @@ def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, e
     index, stride = chosen.index, 1
     while index > 0:
         targets = dict(chosen.family[index])
-        layers, schedule, count = auto_retrain.final(dense, h, y, targets, lost, **common)
+        layers, schedule, count = auto_retrain.final(dense, train, targets, lost, **common)
         if count <= allowed:
             break
         index, stride = index - stride, 2 * stride  # a few full retrainings at most, not one per plan
@@ -166,7 +169,7 @@ def _final_auto(dense, h, y, h_val, y_val, chosen, judged: Budget, teacher, *, e
         while lo < hi and tried < CLIMB:
             mid = (lo + hi + 1) // 2
             more = dict(chosen.family[mid])
-            trained = auto_retrain.retrain_as(schedule, dense, h, y, more, **common)
+            trained = auto_retrain.retrain_as(schedule, dense, train, more, **common)
             tried += 1
             if within_margin(trained):
                 lo, layers, targets = mid, trained, more
@@ -223,8 +226,8 @@ def _bias_buffers(model, layers: Sequence[Dense]) -> dict[int, Dense]:
 
 
 def retrain_masked(tflite_bytes: bytes, teacher_bytes: bytes, train: tuple[np.ndarray, np.ndarray],
-                   val: tuple[np.ndarray, np.ndarray], *, epochs: float = 8, distill: float = 0.5, seed: int = 0,
-                   progress: bool = False, num_threads: int | None = None, device: str = "cpu") -> PruneResult:
+                   val: tuple[np.ndarray, np.ndarray], *, settings: Retraining = Retraining(),
+                   run: Run = Run()) -> PruneResult:
     """Retrain the FC tail of a model pruned elsewhere (one-shot: pydsz.prune.oneshot), its zeros held as
     the masks, distilling from `teacher_bytes` (the unpruned model of the same graph). Where one-shot
     pruning chose the masks and compensated the weights, this starts from there rather than from
@@ -234,9 +237,10 @@ def retrain_masked(tflite_bytes: bytes, teacher_bytes: bytes, train: tuple[np.nd
     (x, y), (x_val, y_val) = train, val
     layers, tail_input = _trainable_tail(model, first)
     teacher = tail_layers(Tail.from_model(TFLiteModel(bytes(teacher_bytes)), first, strict=True))
+    num_threads = run.num_threads
     h = runtime.capture(model.data, x, tail_input, num_threads=num_threads)
-    layers = retrain(layers, masks_for(layers, {}), h, np.asarray(y), epochs=epochs, seed=seed, progress=progress,
-                     teacher=teacher if distill else None, distill=distill, device=device)
+    layers = retrain(layers, masks_for(layers, {}), h, np.asarray(y), settings,
+                     teacher=teacher if settings.distill else None, run=run)
     out, sparsities = _written(model, layers)
     return PruneResult(out, sparsities, [], [],
                        runtime.accuracy(model.data, x_val, y_val, num_threads=num_threads),

@@ -14,6 +14,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from pydsz.context import Run
 from pydsz.errors import InputError
 from pydsz.prune import masks as policy
 
@@ -247,38 +248,50 @@ def logits(layers: Sequence[Dense], h: np.ndarray, device: str = "cpu", batch: O
     return np.concatenate(parts) if parts else np.zeros((0, layers[-1].weight.shape[0]), np.float32)
 
 
+@dataclass(frozen=True)
+class Retraining:
+    """How the FC tail retrains: `epochs` (fractional for the brief trials of `auto`) of Adam at
+    learning rate `lr`, decaying linearly to zero, on batches of `batch_size` shuffled by `seed`;
+    gradual pruning over the first `ramp` of the steps; the teacher's share `distill` of the target
+    (knowledge distillation; 0 trains on the labels alone); the result the mean of the weights over
+    the last `average` of the steps."""
+
+    epochs: float = 8
+    lr: float = 1e-3
+    batch_size: int = 128
+    seed: int = 0
+    ramp: float = 0.5
+    distill: float = 0.5
+    average: float = 0.25
+
+
 def retrain(
     layers: Sequence[Dense],
-    masks: Mapping[str, np.ndarray],
+    held: Mapping[str, np.ndarray],
     h: np.ndarray,
     y: np.ndarray,
+    settings: Retraining = Retraining(),
     *,
-    epochs: float = 4,
-    lr: float = 1e-3,
-    batch_size: int = 128,
-    seed: int = 0,
-    progress: bool = False,
     targets: Optional[Mapping[str, float]] = None,
-    ramp: float = 0.5,
     teacher: Optional[Sequence[Dense]] = None,
-    distill: float = 0.5,
-    average: float = 0.25,
-    device: str = "cpu",
+    run: Run = Run(),
 ) -> list[Dense]:
-    """Retrain the tail on cached inputs `h` with labels `y`; masked weights stay exactly zero.
+    """Retrain the tail on cached inputs `h` with labels `y`; the weights outside the `held` masks
+    ({layer: mask of the weights kept}) stay exactly zero.
 
-    Returns new layers (the inputs are not modified). `epochs` may be fractional (short
-    retraining for the `auto` search). The learning rate decays linearly to zero, which settles
-    the weights and so makes the result depend less on where the last epoch stopped.
+    Returns new layers (the inputs are not modified). The learning rate decays linearly to zero,
+    which settles the weights and so makes the result depend less on where the last epoch stopped.
     `targets` ({layer: sparsity}) prunes gradually while training: the layer's mask tightens by
-    magnitude on a cubic schedule over the first `ramp` of the steps (Zhu & Gupta 2017), which
-    loses far less accuracy than pruning at once and retraining afterwards.
+    magnitude on a cubic schedule over the first `settings.ramp` of the steps (Zhu & Gupta 2017),
+    which loses far less accuracy than pruning at once and retraining afterwards.
     `teacher` (e.g. the unpruned layers) adds knowledge distillation: the target is the labels'
-    one-hot mixed with the teacher's softmax, `distill` being the teacher's share. The result is
-    the mean of the weights over the last `average` of the steps (after the masks are final).
-    device "gpu" runs the steps on the GPU (pydsz.gpu.train.GpuSteps): the same loop and
-    arithmetic, float summation order aside.
+    one-hot mixed with the teacher's softmax, `settings.distill` being the teacher's share. The result
+    is the mean of the weights over the last `settings.average` of the steps (after the masks are
+    final). run.device "gpu" runs the steps on the GPU (pydsz.gpu.train.GpuSteps): the same loop and
+    arithmetic, float summation order aside; run.progress shows a bar.
     """
+    epochs, lr, batch_size, seed = settings.epochs, settings.lr, settings.batch_size, settings.seed
+    ramp, distill, average, device = settings.ramp, settings.distill, settings.average, run.device
     from tqdm import tqdm
 
     if len(h) < MIN_TRAIN_SAMPLES:
@@ -292,7 +305,7 @@ def retrain(
     scale = float(np.sqrt(_mean_square(h[: min(len(h), 10000)]))) or 1.0
     params = [replace(l, weight=np.array(l.weight, np.float32), bias=np.array(l.bias, np.float32)) for l in layers]
     params[0].weight *= scale
-    keep = [masks.get(l.name) for l in params]
+    keep = [held.get(l.name) for l in params]
     for p, m in zip(params, keep):
         if m is not None:
             p.weight *= m
@@ -311,7 +324,7 @@ def retrain(
         steps = GpuSteps(params, keep)
     else:
         steps = NumpySteps(params, keep)
-    bar = tqdm(total=total, desc="retrain", unit="step", disable=not progress, leave=False)
+    bar = tqdm(total=total, desc="retrain", unit="step", disable=not run.progress, leave=False)
     order = rng.permutation(len(h))
     pos = 0
     for step in range(total):

@@ -1,0 +1,78 @@
+"""The lossless stage: a section of a frame wrapped by a general-purpose codec where that makes it
+smaller (the frame header records which codec wraps which section, and its raw size), and unwrapped
+without ever producing more than that raw size."""
+from __future__ import annotations
+
+import bz2
+import lzma
+import zlib
+
+import numpy as np
+import zstandard
+
+from pydsz.errors import FormatError
+
+# the frame's lossless codec ids (doc/format.md)
+NONE, ZSTD, LZMA, BZ2, ZLIB = range(5)
+NAMES = {0: "none", 1: "zstd", 2: "lzma", 3: "bz2", 4: "zlib"}
+
+
+_CHUNK = 1 << 20
+
+
+def inflate(codec: int, data: np.ndarray, raw_size: int, what: str) -> np.ndarray:
+    """Unwrap a section, never producing more than raw_size (+1 to detect excess) bytes."""
+    if codec == NONE:
+        return data
+    name = NAMES[codec]
+    limit = raw_size + 1
+    try:
+        if codec == ZSTD:
+            parts, got = [], 0
+            with zstandard.ZstdDecompressor().stream_reader(data.tobytes()) as reader:
+                while got < limit:
+                    chunk = reader.read(min(_CHUNK, limit - got))
+                    if not chunk:
+                        break
+                    parts.append(chunk)
+                    got += len(chunk)
+            out = b"".join(parts)
+        else:
+            dec = {LZMA: lzma.LZMADecompressor, BZ2: bz2.BZ2Decompressor, ZLIB: zlib.decompressobj}[codec]()
+            out = dec.decompress(data.tobytes(), limit)
+            if not dec.eof:
+                raise ValueError("stream incomplete")
+    except (zstandard.ZstdError, lzma.LZMAError, zlib.error, OSError, EOFError, ValueError) as e:
+        raise FormatError(f"{what}: {name}-wrapped section does not decompress: {e}") from None
+    if len(out) != raw_size:
+        raise FormatError(f"{what}: {name}-wrapped section holds {len(out)} bytes, header declares {raw_size}")
+    return np.frombuffer(out, dtype=np.uint8)
+
+
+def wrap(raw: bytes, codecs: tuple) -> tuple[int, bytes]:
+    """The smallest of the raw section and its lossless compressions: (codec id, bytes)."""
+    best = (NONE, raw)
+    if not raw:
+        return best
+    for codec, level in codecs:
+        if codec == ZSTD:
+            packed = zstandard.ZstdCompressor(level=level).compress(raw)
+        elif codec == LZMA:
+            packed = lzma.compress(raw, preset=level)
+        elif codec == BZ2:
+            packed = bz2.compress(raw, level)
+        else:
+            packed = zlib.compress(raw, level)
+        if len(packed) < len(best[1]):
+            best = (codec, packed)
+    return best
+
+
+DATA_WRAPPERS = ((ZSTD, 3),)
+
+
+def gap8_wrappers(size: int) -> tuple:
+    """DeepSZ's candidates for the gap bytes; the slow ones only on small sections."""
+    if size <= 1 << 20:
+        return tuple((ZSTD, lv) for lv in (3, 9, 19, 22)) + ((LZMA, 9), (BZ2, 9), (ZLIB, 9))
+    return ((ZSTD, 3), (ZSTD, 9), (BZ2, 9), (ZLIB, 9))
