@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from test_cli import assert_user_error, dsz
 
 from pydsz.format import container
