@@ -27,6 +27,13 @@ def test_readme_results_are_what_the_json_files_give():
     assert readme == results.readme_with_table(readme), "README.md's results are out of date: run python3 bench/results.py"
 
 
+def test_the_nonclassifier_results_are_what_the_json_gives():
+    results = _results_module()
+    text = (BENCH / "MODELS-nonclassifier.md").read_text()
+    assert text == results.models_nonclassifier_with_table(text), \
+        "bench/MODELS-nonclassifier.md's results are out of date: run python3 bench/results.py"
+
+
 def test_results_md_is_deterministic():
     results = _results_module()
     assert results.render() == results.render()

@@ -46,7 +46,7 @@ def assert_agrees(tail, model_bytes, x):
     ("lenet5", "fc1", ("fc1", "fc2")),
 ])
 def test_tail_agrees_with_the_interpreter(model_name, start, layers, request, test_set):
-    model = request.getfixturevalue(model_name)
+    model = request.getfixturevalue(model_name + "_model")
     tail = Tail.from_model(model, start)
     assert tail is not None and tail.layers == layers
     assert tail.input_tensor == model.layer(start).input
@@ -62,7 +62,7 @@ def test_tail_accuracy_equals_the_interpreter(lenet5_model, test_set):
 
 @pytest.mark.parametrize("model_name, start, layer", [("lenet300", "fc1", "fc2"), ("lenet5", "fc1", "fc1")])
 def test_plugged_in_weights_match_a_replaced_model(model_name, start, layer, request, test_set):
-    model = request.getfixturevalue(model_name)
+    model = request.getfixturevalue(model_name + "_model")
     x = test_set[0][:2000]
     tail = Tail.from_model(model, start)
     w = np.array(model.weight(layer))

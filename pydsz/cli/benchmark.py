@@ -95,10 +95,10 @@ def cmd_bench(args) -> None:
     if args.report:
         directory = os.path.join(args.report, "")
         summary.write_report(info, directory + "bench.json", directory + "bench.png")
-    summary = summary.summary_lines(info)
-    print(summary[0])
+    lines = summary.summary_lines(info)
+    print(lines[0])
     print(summary.main_table(info))
-    print("\n".join(summary[1:]))
+    print("\n".join(lines[1:]))
     if args.sweep:
         print(summary.sweep_table(info))
 
