@@ -94,11 +94,6 @@ def _smallest(flat: np.ndarray, k: int) -> np.ndarray:
     return members[k - 1]
 
 
-# logits' batches: the widest activation of a batch takes at most this many values (16 MiB: the
-# AlexNet-shaped tail's 4096-wide layers run 1,024 samples at a time, two activations of 8,192 were
-# 256 MiB at the peak of `dsz prune`; LeNets keep 8,192)
-
-
 def sparsity_targets(names: Sequence[str], sparsity: Sparsity) -> dict[str, float] | str:
     """The sparsity of each named layer: one for all, or name=value pairs, where the key OTHERS
     (pydsz.format.container's) gives every layer not named ("auto" as it is); InputError for a name that is

@@ -16,7 +16,7 @@ import numpy as np
 
 from pydsz.context import Run
 from pydsz.errors import InputError
-from pydsz.prune import masks as policy
+from pydsz.prune import masks
 
 # Fewer training samples than this cannot retrain anything worth keeping.
 MIN_TRAIN_SAMPLES = 100
@@ -48,6 +48,9 @@ ACTIVATIONS: dict[str, tuple[Callable, Callable]] = {
 }
 
 
+# logits' batches: the widest activation of a batch takes at most this many values (16 MiB: the
+# AlexNet-shaped tail's 4096-wide layers run 1,024 samples at a time, two activations of 8,192 were
+# 256 MiB at the peak of `dsz prune`; LeNets keep 8,192)
 BATCH_VALUES = 1 << 22
 
 
@@ -93,7 +96,7 @@ class _Adam:
         if key in self.state:
             # one moment at a time, each old one freed once regathered: the peak holds one new one
             moments = list(self.state.pop(key))
-            block = max(1, policy.SLICE // max(1, rows.shape[1]))
+            block = max(1, masks.SLICE // max(1, rows.shape[1]))
             for j, old in enumerate(moments):
                 new = np.zeros(first[-1], np.float32)
                 for r in range(0, len(rows), block):
@@ -136,9 +139,9 @@ class _Adam:
     def _update(self, param: np.ndarray, grad: np.ndarray, m_all: np.ndarray, v_all: np.ndarray, lr: float) -> None:
         """step's arithmetic on flat arrays of the same length."""
         if not self.scratch:
-            self.scratch = (np.empty(policy.SLICE, np.float32), np.empty(policy.SLICE, np.float32))
+            self.scratch = (np.empty(masks.SLICE, np.float32), np.empty(masks.SLICE, np.float32))
         c1, c2 = 1 - self.beta1**self.t, 1 - self.beta2**self.t
-        for part in policy.slices(param.size):
+        for part in masks.slices(param.size):
             p, g, m, v = (a[part] for a in (param, grad, m_all, v_all))
             s, d = (a[: len(p)] for a in self.scratch)
             m *= self.beta1
@@ -186,7 +189,7 @@ class NumpySteps:
             # the weight gradient delta.T @ inputs a block of rows at a time, each block stepped at
             # once: no gradient the size of the layer is ever held
             n = p.weight.shape[0]
-            starts = list(range(0, n, max(2, policy.SLICE // p.weight.shape[1])))
+            starts = list(range(0, n, max(2, masks.SLICE // p.weight.shape[1])))
             if len(starts) > 1 and n - starts[-1] == 1:
                 # a 1-row block would be numpy's matrix-vector product, whose sums differ in the
                 # last bit from the matrix product's: it joins the block before
@@ -209,11 +212,11 @@ class NumpySteps:
                 self.kept.append(idx)
                 self.means.append((np.zeros(p.weight.size if idx is None else len(idx), np.float32),
                                    np.zeros(p.bias.shape, np.float32)))
-        scratch = self.opt.scratch[0] if self.opt.scratch else np.empty(policy.SLICE, np.float32)
+        scratch = self.opt.scratch[0] if self.opt.scratch else np.empty(masks.SLICE, np.float32)
         for p, idx, (mean_w, mean_b) in zip(self.params, self.kept, self.means):
             w = p.weight.reshape(-1)
             for mean, value in ((mean_w, w if idx is None else w[idx]), (mean_b, p.bias)):
-                for part in policy.slices(mean.size):
+                for part in masks.slices(mean.size):
                     m, s = mean[part], scratch[: part.stop - part.start]
                     np.subtract(value[part], m, out=s)
                     m += np.divide(s, k, out=s)
@@ -336,7 +339,7 @@ def retrain(
             done = min(1.0, (step + prune_every) / ramp_steps)
             for i, p in enumerate(params):
                 if p.name in targets:
-                    steps.set_mask(i, policy.magnitude_mask(steps.weight(i), targets[p.name] * (1 - (1 - done) ** 3)))
+                    steps.set_mask(i, masks.magnitude_mask(steps.weight(i), targets[p.name] * (1 - (1 - done) ** 3)))
         target = np.eye(n_out, dtype=np.float32)[y[idx]]
         if soft is not None:
             target = (1 - distill) * target + distill * soft[idx]
@@ -361,7 +364,7 @@ def _mean_square(a: np.ndarray) -> float:
     flat = np.ascontiguousarray(a).reshape(-1)
 
     def total(lo: int, n: int) -> float:
-        if n <= max(policy.SLICE, 128):  # numpy sums up to 128 values without splitting
+        if n <= max(masks.SLICE, 128):  # numpy sums up to 128 values without splitting
             return np.add.reduce(np.square(flat[lo:lo + n], dtype=np.float64))
         half = n // 2 - (n // 2) % 8
         return total(lo, half) + total(lo + half, n - half)
