@@ -20,10 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-import pydsz
-from pydsz.format.interpreter import make_interpreter
-from pydsz.model.data import bundled, load_npz
-from pydsz.model.runtime import predict
+# the test split staged beside this script: the wheel under test carries no data
+os.environ.setdefault("DSZ_DATA", str(Path(__file__).resolve().parent / "data"))
+
+import pydsz  # noqa: E402
+from pydsz.format.interpreter import make_interpreter  # noqa: E402
+from pydsz.model.data import bundled, load_npz  # noqa: E402
+from pydsz.model.runtime import predict  # noqa: E402
 
 SAMPLES = 1000
 

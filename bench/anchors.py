@@ -41,7 +41,7 @@ def main() -> int:
                                  sweep=anchors.Sweep(title=spec["title"]), run=Run(progress=not args.quiet))
         info["seconds"] = time.perf_counter() - start
         stem = os.path.join(args.out, f"anchors_{name}")
-        summary.write_report(info, stem + ".json", stem + ".png")
+        summary.write_report(info, args.out, stem=f"anchors_{name}")
         lines = summary.summary_lines(info)
         print(f"\n{lines[0]}\n{summary.main_table(info)}\n" + "\n".join(lines[1:]))
         print(f"\n{summary.sweep_table(info)}\nwrote {stem}.json and .png ({info['seconds']:.0f} s)", flush=True)

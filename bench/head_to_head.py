@@ -42,6 +42,7 @@ from machine import machine_info  # noqa: E402
 from pydsz.bench import headtohead  # noqa: E402
 from pydsz.budget import metrics  # noqa: E402
 from pydsz.context import Run  # noqa: E402
+from pydsz.format.files import write_atomic  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
 from pydsz.model.data import load_data  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
                 models[name] = merge(models[name], other, current["max_loss"]) if name in models else other
         current["models"] = [models[m.name] for m in nd.MODELS if m.name in models]
         args.out.write_text(json.dumps(current, indent=1, default=str))
-        headtohead.plot(current["models"], args.out.with_suffix(".png"))
+        write_atomic(args.out.with_suffix(".png"), headtohead.plot(current["models"]))
         print(summary(current["models"], current["max_loss"]))
         return 0
     budgets = [float(b) for b in args.budgets.split(",")] if args.budgets else [args.max_loss]
@@ -192,7 +193,7 @@ def main(argv=None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"machine": machine_info(), "max_loss": args.max_loss, "models": ordered},
                                        indent=1, default=str))
-        headtohead.plot(ordered, args.out.with_suffix(".png"))
+        write_atomic(args.out.with_suffix(".png"), headtohead.plot(ordered))
     print(summary([done[m.name] for m in nd.MODELS if m.name in done], args.max_loss))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0

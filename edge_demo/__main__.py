@@ -7,7 +7,7 @@ import sys
 import time
 
 import pydsz
-from pydsz.format.files import read_file, write_atomic
+from pydsz.format.files import check_output, read_file, write_atomic
 from pydsz.tables import format_table
 
 from .stages import decode_timed
@@ -53,6 +53,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="interpreter threads (default: the runtime's)")
     args = parser.parse_args(argv)
     try:
+        if args.write_tflite is not None:  # an output that cannot be written fails before the work
+            check_output(args.write_tflite, args.model, args.data, what="--write-tflite output")
         if args.data:  # a bad data file fails before the decoding, not after
             from pydsz.model.data import load_npz
 

@@ -3,9 +3,16 @@
 Loaded once per session. Imports of the encoder side stay inside the fixtures: the decoder-only
 environment of .ci/run collects these tests too, with nothing but the base install.
 """
+import os
+from pathlib import Path
+
 import pytest
 
-from pydsz.model.data import bundled, load_npz
+# the reference models and data sets of the checkout, also where pydsz is installed from a wheel
+# (which carries none): CI's decoder-only environments run these tests against such an install
+os.environ.setdefault("DSZ_DATA", str(Path(__file__).resolve().parents[1] / "pydsz" / "data"))
+
+from pydsz.model.data import bundled, load_npz  # noqa: E402
 
 
 @pytest.fixture(scope="session")

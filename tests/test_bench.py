@@ -106,7 +106,7 @@ def test_comparison_says_where_our_curve_is_not_above():
 
 
 def test_report_writes_json_and_png(info, tmp_path):
-    paths = summary.write_report(info, tmp_path / "b.json", tmp_path / "b.png")
+    paths = summary.write_report(info, tmp_path, stem="b")
     assert json.loads(paths[0].read_text())["model"] == "model"
     assert paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = summary.main_table(info) + summary.sweep_table(info) + "\n".join(summary.summary_lines(info))

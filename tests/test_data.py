@@ -47,8 +47,15 @@ def test_bundled_npz_holds_uint8_fashion_mnist(name):
 
 
 def test_bundled_unknown_name_lists_what_is_there():
-    with pytest.raises(InputError, match=r"nope\.tflite: no such bundled file.*lenet5\.tflite"):
+    with pytest.raises(InputError, match=r"nope\.tflite: no such file in .*lenet5\.tflite"):
         bundled("nope.tflite")
+
+
+def test_without_the_data_folder_bundled_says_where_to_find_it(tmp_path, monkeypatch):
+    """A wheel carries no data: the reference models are in a checkout, or where DSZ_DATA says."""
+    monkeypatch.setenv("DSZ_DATA", str(tmp_path / "empty"))
+    with pytest.raises(InputError, match="not installed.*pip install -e.*DSZ_DATA"):
+        bundled("lenet5.tflite")
 
 
 def test_bundled_rejects_paths():

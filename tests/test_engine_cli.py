@@ -18,6 +18,35 @@ def _dsz(*args):
     return subprocess.run([sys.executable, "-m", "pydsz.cli", *map(str, args)], capture_output=True, text=True)
 
 
+def _dsz_on_a_terminal(*args, env=None) -> subprocess.CompletedProcess:
+    """dsz with its stderr on a pseudo-terminal, as a user at a terminal runs it (progress bars are
+    drawn only there); stdout still piped."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal's size: tqdm draws to its width
+    proc = subprocess.Popen([sys.executable, "-m", "pydsz.cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=slave, env={**os.environ, **(env or {})})
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        err += chunk
+    out = proc.stdout.read()
+    proc.wait()
+    os.close(master)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode(errors="replace"))
+
+
 @pytest.fixture(scope="module")
 def val200():
     x, y = load_npz(bundled("fmnist_val.npz"))
@@ -59,8 +88,8 @@ def test_compress_by_layer_name_shows_progress_and_reports_time_per_layer(tmp_pa
     data = tmp_path / "val.npz"
     np.savez(data, x=val200[0], y=val200[1])
     out, report = tmp_path / "m.dsz", tmp_path / "report"
-    result = _dsz("compress", bundled("lenet5.tflite"), "--data", data, "--metric", "output-error",
-                  "--layers", "conv2,fc1", "--report", report, "-o", out)
+    result = _dsz_on_a_terminal("compress", bundled("lenet5.tflite"), "--data", data, "--metric", "output-error",
+                                "--layers", "conv2,fc1", "--report", report, "-o", out)
     assert result.returncode == 0, result.stderr
     assert "eval/s" in result.stderr and "left" in result.stderr  # the progress bar: rate and time left
     doc = json.loads((report / "report.json").read_text())

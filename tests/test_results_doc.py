@@ -57,6 +57,6 @@ def test_bench_readme_names_only_scripts_that_exist():
 
 def test_readme_keeps_the_two_commands_and_stays_short():
     readme = (ROOT / "README.md").read_text()
-    assert "apt-get update && apt-get install -y gcc python3-dev dataset-fashion-mnist && pip install \".[server]\" && dsz demo" in readme
+    assert "apt-get update && apt-get install -y gcc python3-dev dataset-fashion-mnist && pip install -e \".[server]\" && dsz demo" in readme
     assert "bash .ci/run" in readme
     assert len(readme.splitlines()) <= 200

@@ -39,7 +39,7 @@ from pydsz.budget.rule import Budget
 from pydsz.compress.compensation import Compensation
 from pydsz.context import Run
 from pydsz.errors import InputError
-from pydsz.format import container, files
+from pydsz.format import container
 from pydsz.model import runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.selection import compressible_layers
@@ -371,8 +371,8 @@ def comparison_table(info: dict) -> str:
 _METHOD_ORDER = (LOSSLESS, FLOAT16, INTB, BLOCKWISE, LITERT, OURS, COMPENSATED, PRUNED)
 
 
-def plot(infos: Sequence[dict], path) -> None:
-    """File size (log) against test loss: one panel per model, one curve per method."""
+def plot(infos: Sequence[dict]) -> bytes:
+    """File size (log) against test loss, one panel per model and one curve per method, as PNG bytes."""
     import io
 
     import matplotlib
@@ -411,4 +411,4 @@ def plot(infos: Sequence[dict], path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
-    files.write_atomic(path, buf.getvalue())
+    return buf.getvalue()

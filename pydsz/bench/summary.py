@@ -73,8 +73,8 @@ def summary_lines(info: dict) -> list[str]:
     return lines
 
 
-def plot(info: dict, path) -> None:
-    """Ratio (log) vs test loss, one curve per method, each point labelled with its setting."""
+def plot(info: dict) -> bytes:
+    """Ratio (log) vs test loss, one curve per method, each point labelled with its setting, as PNG bytes."""
     import io
 
     import matplotlib
@@ -106,13 +106,9 @@ def plot(info: dict, path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    files.write_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
-def write_report(info: dict, json_path, png_path) -> list[Path]:
-    """The results as JSON and the curves as PNG (each written whole or not at all)."""
-    for path in (json_path, png_path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    files.write_atomic(json_path, json.dumps(info, indent=1).encode())
-    plot(info, png_path)
-    return [Path(json_path), Path(png_path)]
+def write_report(info: dict, directory, stem: str = "bench") -> list[Path]:
+    """STEM.json (the results) and STEM.png (the curves) in `directory`, both or neither."""
+    return files.write_files(directory, {f"{stem}.json": json.dumps(info, indent=1).encode(), f"{stem}.png": plot(info)})

@@ -12,11 +12,14 @@ import os
 from pydsz.cli.options import (
     THREADS_HELP,
     add_device_argument,
+    add_progress_arguments,
     add_retraining_arguments,
     load_tflite,
     metrics_names,
+    progress,
     resolve_device,
     sparsity,
+    threads,
 )
 from pydsz.context import Run
 from pydsz.errors import InputError
@@ -58,16 +61,13 @@ def _whole_model(args, model: bytes) -> None:
     sweep = headtohead.Sweep(budgets=args.budgets, bits=args.bits or headtohead.BITS, title=os.path.basename(args.model))
     info = headtohead.benchmark(model, data(args.data), data(args.test), _budget(args, "output-error"),
                                 layers=args.layers, calibration=calibration, sweep=sweep,
-                                run=Run(args.num_threads, progress=not args.quiet))
+                                run=Run(args.num_threads, progress=progress(args)))
     if args.report:
-        directory = os.path.join(args.report, "")
-        os.makedirs(directory, exist_ok=True)
         import json
 
-        from pydsz.format.files import write_atomic
+        from pydsz.format.files import write_files
 
-        write_atomic(directory + "bench.json", json.dumps(info, indent=1).encode())
-        headtohead.plot([info], directory + "bench.png")
+        write_files(args.report, {"bench.json": json.dumps(info, indent=1).encode(), "bench.png": headtohead.plot([info])})
     print(f"{info['model']}: {info['file_bytes']} bytes, zstd -19 {info['zstd19_bytes']}; "
           f"{info['compressible_layers']} compressible layers ({', '.join(info['weights'])})")
     print(headtohead.table(info))
@@ -76,9 +76,12 @@ def _whole_model(args, model: bytes) -> None:
 
 def cmd_bench(args) -> None:
     from pydsz.bench import anchors, summary
+    from pydsz.format.files import check_folder
     from pydsz.model.data import load_npz
 
-    model = load_tflite(args.model)
+    if args.report:
+        check_folder(args.report, args.model, args.data, args.test, what="--report folder")
+    model = load_tflite(args.model, warn=not args.quiet)
     if args.layers != "fc":
         return _whole_model(args, model)
     if args.calibration or args.normalize:
@@ -91,10 +94,9 @@ def cmd_bench(args) -> None:
     pruned = anchors.Pruned(train, args.sparsity, Retraining(epochs=args.epochs, distill=args.distill))
     sweep = anchors.Sweep(budgets=args.budgets, bits=args.bits or anchors.BITS, title=os.path.basename(args.model))
     info = anchors.benchmark(model, val, test, _budget(args, "top1"), pruned=pruned, sweep=sweep,
-                             run=Run(args.num_threads, device, progress=not args.quiet))
+                             run=Run(args.num_threads, device, progress=progress(args)))
     if args.report:
-        directory = os.path.join(args.report, "")
-        summary.write_report(info, directory + "bench.json", directory + "bench.png")
+        summary.write_report(info, args.report)
     lines = summary.summary_lines(info)
     print(lines[0])
     print(summary.main_table(info))
@@ -144,8 +146,8 @@ def add_commands(sub) -> None:
     p.add_argument("--report", metavar="DIR", help="write bench.json and bench.png there")
     p.add_argument("--sweep", action="store_true", help="--layers fc: also print every point of every curve")
     add_device_argument(p)
-    p.add_argument("--num-threads", type=int, default=None, help=THREADS_HELP)
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    p.add_argument("--num-threads", type=threads, default=None, help=THREADS_HELP)
+    add_progress_arguments(p)
     p.set_defaults(func=cmd_bench)
 
 

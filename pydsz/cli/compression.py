@@ -10,6 +10,7 @@ from pydsz.cli.options import (
     add_layer_arguments,
     add_metric_arguments,
     add_output_arguments,
+    add_progress_arguments,
     add_retraining_arguments,
     data_for,
     load_tflite,
@@ -17,6 +18,7 @@ from pydsz.cli.options import (
     peak_memory,
     print_device,
     print_result,
+    progress,
     resolve_device,
     sparsity,
 )
@@ -45,16 +47,19 @@ def cmd_compress(args) -> None:
     from pydsz.compress.compensation import Compensation
     from pydsz.compress.pipeline import compress
     from pydsz.compress.report import write_report
-    from pydsz.format.files import write_atomic
+    from pydsz.format.files import check_folder, check_output, write_atomic
     from pydsz.model import cache
     from pydsz.model.selection import Selection
 
+    check_output(args.output, args.model, args.data, args.calibration, args.train, what="-o output")
+    if args.report:
+        check_folder(args.report, args.model, args.data, what="--report folder")
     process = footprint.process()
     cache.set_limit(args.max_cache_memory)
     device = resolve_device(args)
     if device == "gpu":
         process.update(footprint.cuda())
-    model = load_tflite(args.model)
+    model = load_tflite(args.model, warn=not args.quiet)
     x, y = data_for(args, model)
     if args.train and not args.prune:
         raise InputError("--train is the training set of --prune auto: give --prune auto too, or prune apart "
@@ -122,7 +127,7 @@ def _budget(args):
 
 
 def _run(args, device: str, executor=None) -> Run:
-    return Run(args.num_threads, device, executor, progress=not args.quiet)
+    return Run(args.num_threads, device, executor, progress=progress(args))
 
 
 def _calibration_inputs(args, model_bytes: bytes):
@@ -145,7 +150,7 @@ def _prune_sparsity(text: str):
 def cmd_prune(args) -> None:
     from pydsz.budget.rule import Budget
     from pydsz.compress import footprint
-    from pydsz.format.files import write_atomic
+    from pydsz.format.files import check_output, write_atomic
     from pydsz.model import cache
     from pydsz.model.data import load_npz
     from pydsz.prune.gptq import hessian_note
@@ -153,9 +158,10 @@ def cmd_prune(args) -> None:
     from pydsz.prune.retraining import prune_model
     from pydsz.prune.train import Retraining
 
+    check_output(args.output, args.model, args.data, args.train, what="-o output")
     process = footprint.process()
     cache.set_limit(args.max_cache_memory)
-    model = load_tflite(args.model)
+    model = load_tflite(args.model, warn=not args.quiet)
     memory, extra = {"data": 0, "batch_bytes": 0, "outputs": 0}, {}
     if args.method == "oneshot":
         from pydsz.model.data import load_data
@@ -239,15 +245,19 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, 
 def cmd_demo(args) -> None:
     from pydsz.compress.demo import REFERENCE, run, table
     from pydsz.compress.report import layer_table, write_report
-    from pydsz.format.files import write_atomic
+    from pydsz.format.files import check_folder, check_output, write_atomic
 
+    if args.output is not None:
+        check_output(args.output, what="-o output")
+    if args.report:
+        check_folder(args.report, what="--report folder")
     device = resolve_device(args)
     if not args.quiet:
         spec = REFERENCE[args.model]
         print(f"{spec['title']}: prune " + ", ".join(f"{k}={v}" for k, v in spec["sparsity"].items())
               + f" ({spec['epochs']} epochs on Fashion-MNIST's first 55,000 training images), then compress "
               f"within {100 * args.max_loss:g} points of top-1 on the validation split", flush=True)
-    row = run(args.model, max_loss=args.max_loss, progress=not args.quiet, device=device)
+    row = run(args.model, max_loss=args.max_loss, progress=progress(args), device=device)
     if args.output:
         write_atomic(args.output, row["result"].dsz)
     if args.report:
@@ -350,5 +360,5 @@ def add_commands(sub) -> None:
     p.add_argument("--report", metavar="DIR", help="write report.json and curves.png there")
     p.add_argument("-o", "--output", help="also write the .dsz there")
     add_device_argument(p)
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    add_progress_arguments(p)
     p.set_defaults(func=cmd_demo)

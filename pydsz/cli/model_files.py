@@ -1,6 +1,8 @@
 """The commands on model files: pack (bounds given), decompress, info, eval."""
 from __future__ import annotations
 
+import sys
+
 from pydsz.cli.options import (
     THREADS_HELP,
     add_data_arguments,
@@ -9,6 +11,7 @@ from pydsz.cli.options import (
     data_for,
     load_tflite,
     print_json,
+    threads,
 )
 from pydsz.errors import InputError
 
@@ -32,12 +35,16 @@ def _print_info(info: dict) -> None:
 
 
 def cmd_pack(args) -> None:
-    from pydsz.encode.pack import kept_lossless, pack_model
+    from pydsz.encode.pack import bound_warnings, kept_lossless, pack_model
     from pydsz.format.container import DszModel
-    from pydsz.format.files import read_file, write_atomic
+    from pydsz.format.files import check_output, write_atomic
 
-    model = read_file(args.model)
+    check_output(args.output, args.model, what="-o output")
+    model = load_tflite(args.model, warn=not args.quiet)
     packed = pack_model(model, args.error_bound, layers=args.layers)
+    if not args.quiet:
+        for warning in bound_warnings(model, args.error_bound, layers=args.layers):
+            print(f"warning: {warning}", file=sys.stderr)
     write_atomic(args.output, packed)
     if not args.quiet:
         _print_info(DszModel(packed).info())
@@ -48,8 +55,9 @@ def cmd_pack(args) -> None:
 
 def cmd_decompress(args) -> None:
     from pydsz.format.container import load
-    from pydsz.format.files import write_atomic
+    from pydsz.format.files import check_output, write_atomic
 
+    check_output(args.output, args.input, what="-o output")
     write_atomic(args.output, load(args.input).tflite_bytes())
 
 
@@ -137,6 +145,6 @@ def add_commands(sub) -> None:
     add_data_arguments(p, ".npz with x (and y for label metrics), or a directory of PNG/JPEG images")
     add_metric_arguments(p)
     p.add_argument("--reference", metavar="MODEL", help="the original .tflite (or .dsz) to compare with")
-    p.add_argument("--num-threads", type=int, default=None, help=THREADS_HELP)
+    p.add_argument("--num-threads", type=threads, default=None, help=THREADS_HELP)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Optional
 
-from pydsz.errors import InputError
+from pydsz.errors import FormatError, InputError
 
 
 def _bound(value: str):
@@ -43,13 +44,36 @@ def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=True))
 
 
-def load_tflite(path) -> bytes:
-    """A .tflite file's bytes, or the decoded model of a .dsz file (told apart by magic, not name)."""
+def load_tflite(path, warn: bool = False) -> bytes:
+    """A .tflite file's bytes, or the decoded model of a .dsz file: by magic, or, for a file too short
+    to hold one, by a name ending in .dsz (so that a truncated .dsz is called that, not "not a TFLite
+    model"). warn: say in one line that a .dsz was given where a .tflite is expected (its weights are
+    then the decoded ones, already within the bounds it was made with)."""
     from pydsz.format.container import MAGIC, load
     from pydsz.format.files import read_file
 
     data = read_file(path)
-    return load(data).tflite_bytes() if data[:4] == MAGIC else data
+    if data[:4] == MAGIC or (len(data) < len(MAGIC) and str(path).lower().endswith(".dsz")):
+        try:
+            model = load(data).tflite_bytes()
+        except FormatError as exc:
+            raise FormatError(f"{path}: {exc}") from None
+        if warn:
+            print(f"warning: {path} is a .dsz: its decoded model is taken, whose weights already carry the errors "
+                  "of the bounds it was made with; give the original .tflite to start from the exact weights",
+                  file=sys.stderr)
+        return model
+    return data
+
+
+def progress(args) -> bool:
+    """Whether to draw progress bars, as tqdm's conventions have it: not with --quiet or --no-progress,
+    not where stderr is no terminal (a log file would get every update), not with TQDM_DISABLE set."""
+    if getattr(args, "quiet", False) or getattr(args, "no_progress", False):
+        return False
+    if os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false", "no"):
+        return False
+    return sys.stderr.isatty()
 
 
 def data_for(args, model_bytes: bytes):
@@ -141,11 +165,30 @@ def add_cache_argument(p) -> None:
                    "temporary file in $TMPDIR (default: all in memory)")
 
 
-def add_output_arguments(p, output_help: str) -> None:
-    """-o, --num-threads and --quiet of the commands that write one model file."""
-    p.add_argument("-o", "--output", required=True, help=output_help)
-    p.add_argument("--num-threads", type=int, default=None, help=THREADS_HELP)
+def threads(text: str) -> int:
+    """--num-threads: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid thread count {text!r}: give a whole number >= 1")
+    return value
+
+
+def add_progress_arguments(p) -> None:
+    """--quiet and --no-progress of the commands that run for a while."""
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, print nothing on success")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars, the rest printed as usual (bars are drawn only where stderr is a "
+                   "terminal and TQDM_DISABLE is not set)")
+
+
+def add_output_arguments(p, output_help: str) -> None:
+    """-o, --num-threads, --quiet and --no-progress of the commands that write one model file."""
+    p.add_argument("-o", "--output", required=True, help=output_help)
+    p.add_argument("--num-threads", type=threads, default=None, help=THREADS_HELP)
+    add_progress_arguments(p)
 
 
 THREADS_HELP = ("interpreter threads (default: every core this process may use; with --workers or --cluster, "

@@ -24,16 +24,15 @@ MIB = 1 << 20
 def process() -> dict:
     """What the process holds before it loads anything of the user's: Python and the libraries a
     command imports with the interpreter's kernels (they load with the first interpreter: one of a
-    bundled 20 KB model is made here), and apart from it the codec's working memory, which comes on
+    two-op model built here), and apart from it the codec's working memory, which comes on
     top of whatever else is held while a stream is encoded (lzma -9 and zstd -22 try every index
     section of up to 1 MiB: about 70 MiB for a moment). Zeros where memory cannot be read."""
     from pydsz.compress import pipeline  # noqa: F401  (what compress imports)
     from pydsz.format import wrapping
     from pydsz.format.interpreter import make_interpreter
     from pydsz.model import runtime  # noqa: F401  (what compress and prune import)
-    from pydsz.model.data import bundled
 
-    model = bundled("shared.tflite").read_bytes()
+    model = _smallest_model()
     interpreter = make_interpreter(model)
     x = [np.zeros((2, *d["shape"][1:]), d["dtype"]) for d in interpreter.get_input_details()]
     runtime.probe(model, x)  # the builtin kernels too
@@ -86,3 +85,72 @@ def interpreter_path(process: dict, data: int, model: int, batch_bytes: int, out
     process: process()'s parts."""
     return {**process, "data": data, "4 x the model": 4 * model, "one batch's tensors": batch_bytes,
             "outputs": 3 * outputs, "cached activations": cached}
+
+
+def _smallest_model() -> bytes:
+    """A .tflite of one FULLY_CONNECTED layer (4 -> 4, batch dynamic) and a SOFTMAX: enough for an
+    interpreter to load its kernels, built here so that no data file is needed (wheels carry none)."""
+    import flatbuffers
+    import tflite
+
+    b = flatbuffers.Builder(256)
+
+    def vector(start, values, prepend):
+        start(b, len(values))
+        for v in reversed(values):
+            prepend(v)
+        return b.EndVector()
+
+    weights = np.eye(4, dtype="<f4").tobytes()
+    data = b.CreateByteVector(weights)
+    tflite.BufferStart(b)
+    empty = tflite.BufferEnd(b)
+    tflite.BufferStart(b)
+    tflite.BufferAddData(b, data)
+    buffers = [empty, tflite.BufferEnd(b)]
+    tensors = []
+    for shape, signature, buffer in (([1, 4], [-1, 4], 0), ([4, 4], [4, 4], 1), ([1, 4], [-1, 4], 0),
+                                     ([1, 4], [-1, 4], 0)):
+        dims = vector(tflite.TensorStartShapeVector, shape, b.PrependInt32)
+        sig = vector(tflite.TensorStartShapeSignatureVector, signature, b.PrependInt32)
+        tflite.TensorStart(b)
+        tflite.TensorAddShape(b, dims)
+        tflite.TensorAddShapeSignature(b, sig)
+        tflite.TensorAddType(b, tflite.TensorType.FLOAT32)
+        tflite.TensorAddBuffer(b, buffer)
+        tensors.append(tflite.TensorEnd(b))
+    codes, ops = [], []
+    for name in ("FULLY_CONNECTED", "SOFTMAX"):
+        tflite.OperatorCodeStart(b)
+        tflite.OperatorCodeAddBuiltinCode(b, getattr(tflite.BuiltinOperator, name))
+        tflite.OperatorCodeAddDeprecatedBuiltinCode(b, getattr(tflite.BuiltinOperator, name))
+        tflite.OperatorCodeAddVersion(b, 1)
+        codes.append(tflite.OperatorCodeEnd(b))
+    for index, (inputs, outputs) in enumerate((([0, 1, -1], [2]), ([2], [3]))):
+        ins = vector(tflite.OperatorStartInputsVector, inputs, b.PrependInt32)
+        outs = vector(tflite.OperatorStartOutputsVector, outputs, b.PrependInt32)
+        tflite.OperatorStart(b)
+        tflite.OperatorAddOpcodeIndex(b, index)
+        tflite.OperatorAddInputs(b, ins)
+        tflite.OperatorAddOutputs(b, outs)
+        ops.append(tflite.OperatorEnd(b))
+    tables = lambda start, values: vector(start, values, b.PrependUOffsetTRelative)  # noqa: E731
+    graph_tensors = tables(tflite.SubGraphStartTensorsVector, tensors)
+    graph_ops = tables(tflite.SubGraphStartOperatorsVector, ops)
+    graph_in = vector(tflite.SubGraphStartInputsVector, [0], b.PrependInt32)
+    graph_out = vector(tflite.SubGraphStartOutputsVector, [3], b.PrependInt32)
+    tflite.SubGraphStart(b)
+    tflite.SubGraphAddTensors(b, graph_tensors)
+    tflite.SubGraphAddOperators(b, graph_ops)
+    tflite.SubGraphAddInputs(b, graph_in)
+    tflite.SubGraphAddOutputs(b, graph_out)
+    graphs = tables(tflite.ModelStartSubgraphsVector, [tflite.SubGraphEnd(b)])
+    code_vec = tables(tflite.ModelStartOperatorCodesVector, codes)
+    buffer_vec = tables(tflite.ModelStartBuffersVector, buffers)
+    tflite.ModelStart(b)
+    tflite.ModelAddVersion(b, 3)
+    tflite.ModelAddOperatorCodes(b, code_vec)
+    tflite.ModelAddSubgraphs(b, graphs)
+    tflite.ModelAddBuffers(b, buffer_vec)
+    b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
+    return bytes(b.Output())

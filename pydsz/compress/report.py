@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from pydsz.compress.pipeline import Result, expected_losses
-from pydsz.format.files import write_atomic
+from pydsz.format.files import write_files
 from pydsz.tables import format_table
 
 
@@ -102,8 +102,8 @@ def assessment_line(result: Result) -> str:
     return f"assessment: {'; '.join(parts)}; {result.evaluations} evaluations in {result.evaluation_seconds:.0f} s"
 
 
-def plot_curves(result: Result, path) -> None:
-    """A PNG with each layer's loss vs error bound and the chosen bound marked."""
+def plot_curves(result: Result) -> bytes:
+    """Each layer's loss vs error bound with the chosen bound marked, as PNG bytes."""
     import io
 
     import matplotlib
@@ -135,14 +135,10 @@ def plot_curves(result: Result, path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def write_report(result: Result, directory, extra: Optional[dict] = None) -> list[Path]:
-    """report.json and curves.png in `directory` (created if needed); returns their paths."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    json_path, png_path = directory / "report.json", directory / "curves.png"
-    write_atomic(json_path, json.dumps(to_dict(result, extra), indent=2).encode())
-    plot_curves(result, png_path)
-    return [json_path, png_path]
+    """report.json and curves.png in `directory` (created if needed), both or neither; their paths."""
+    return write_files(directory, {"report.json": json.dumps(to_dict(result, extra), indent=2).encode(),
+                                   "curves.png": plot_curves(result)})

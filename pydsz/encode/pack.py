@@ -110,6 +110,34 @@ def _resolve_bounds(layers, error_bounds: Bounds) -> dict[str, float]:
     return bounds
 
 
+def bound_warnings(tflite_bytes: bytes, error_bounds: Bounds, layers: str = "fc") -> list[str]:
+    """One line per way the bounds likely do not do what was meant: a bound for all given in the unit
+    of no layer of the model (steps where every weight is float, a number where every one is an
+    integer), which keeps every layer lossless; a bound at or above every weight's magnitude, under
+    which the layer decodes to zeros."""
+    from pydsz.model.graph import TFLiteModel
+
+    model = TFLiteModel(bytes(tflite_bytes))
+    found = _layers(model, layers)
+    compressible = [layer for layer in found if layer.compressible]
+    out = []
+    default = error_bounds.get(OTHERS) if isinstance(error_bounds, Mapping) else error_bounds
+    if default is not None and compressible:
+        value, steps = parse_bound(default, "the bound for all layers")
+        if value and not any(_integer(layer) == steps for layer in compressible):
+            out.append(f"bound {default} is " + ("a number of quantization steps, for int8/uint8 layers; this model's "
+                       "are float: each is kept lossless (give a number such as 0.005)" if steps else
+                       "a number, for float layers; this model's are int8/uint8: each is kept lossless (give "
+                       "quantization steps such as 2q)"))
+    bounds = _resolve_bounds(found, error_bounds)
+    zeroed = [layer.name for layer in compressible if not _integer(layer) and bounds[layer.name] > 0
+              and bounds[layer.name] >= float(np.max(np.abs(model.weight(layer)), initial=0.0))]
+    if zeroed:
+        out.append(f"the bound is at or above every weight's magnitude in {', '.join(zeroed)}: "
+                   f"{'it decodes' if len(zeroed) == 1 else 'they decode'} to zeros")
+    return out
+
+
 def stored_bounds(model, bounds: Mapping[str, float]) -> dict[str, Bound]:
     """pack_model's bounds for per-layer numbers as assessment measures them: absolute for float
     layers, whole steps for int8/uint8 ones (written "<k>q")."""

@@ -45,25 +45,25 @@ def _check_values(x: Any, what: str) -> tuple[np.ndarray, int]:
     a = np.asarray(x)
     dtype_id = DTYPE_IDS.get(a.dtype)  # a big-endian array is none of them
     if dtype_id is None:
-        raise ValueError(f"{what}: float32, float16, int8 or uint8 values are supported, got {a.dtype}; "
+        raise InputError(f"{what}: float32, float16, int8 or uint8 values are supported, got {a.dtype}; "
                          "cast with x.astype(numpy.float32)")
     return a, dtype_id
 
 
 def _check_bound(error_bound: Any, mode: str, dtype_id: int = 1) -> float:
     if mode not in MODES:
-        raise ValueError(f"mode must be 'abs' or 'rel', got {mode!r}")
+        raise InputError(f"mode must be 'abs' or 'rel', got {mode!r}")
     try:
         eb = float(error_bound)
     except (TypeError, ValueError):
-        raise ValueError(f"error_bound must be a number, got {error_bound!r}") from None
+        raise InputError(f"error_bound must be a number, got {error_bound!r}") from None
     if dtype_id in _INTEGER_IDS:
         if mode != "abs" or not 0 <= eb <= MAX_STEPS or eb != int(eb):
-            raise ValueError(f"error_bound {error_bound!r} of {DTYPE_NAMES[dtype_id]} values must be a whole "
+            raise InputError(f"error_bound {error_bound!r} of {DTYPE_NAMES[dtype_id]} values must be a whole "
                              f"number of quantization steps in 0..{MAX_STEPS} (mode 'abs')")
         return eb
     if not math.isfinite(eb) or eb <= 0:
-        raise ValueError(f"error_bound {error_bound!r} must be finite and > 0")
+        raise InputError(f"error_bound {error_bound!r} must be finite and > 0")
     return eb
 
 
@@ -86,13 +86,13 @@ def frame_steps(info: dict) -> float:
 
 def _check_choice(value: str, choices: dict, what: str) -> int:
     if value not in choices:
-        raise ValueError(f"{what} must be one of {sorted(choices)}, got {value!r}")
+        raise InputError(f"{what} must be one of {sorted(choices)}, got {value!r}")
     return choices[value]
 
 
 def _check_radius(radius: int) -> int:
     if not 1 <= int(radius) <= 1 << 20:
-        raise ValueError(f"radius must be in 1..{1 << 20}, got {radius!r}")
+        raise InputError(f"radius must be in 1..{1 << 20}, got {radius!r}")
     return int(radius)
 
 
@@ -108,7 +108,7 @@ def _absolute_bound(values: np.ndarray, eb: float, mode: str) -> float:
     if bound <= 0:  # constant data: any bound is exact there; keep one relative to the magnitude
         bound = eb * max(abs(lo), abs(hi)) or eb
     if not math.isfinite(bound):
-        raise ValueError(f"relative error_bound {eb!r} times the value range overflows")
+        raise InputError(f"relative error_bound {eb!r} times the value range overflows")
     return bound
 
 
@@ -120,7 +120,7 @@ def _as_u8(buf: Any) -> np.ndarray:
     try:
         view = memoryview(buf)
     except TypeError:
-        raise TypeError(f"expected a bytes-like object, got {type(buf).__name__}") from None
+        raise InputError(f"expected a bytes-like object, got {type(buf).__name__}") from None
     if not view.c_contiguous:
         view = memoryview(view.tobytes())
     return np.frombuffer(view.cast("B") if view.ndim == 1 and view.itemsize == 1 else view.tobytes(),
@@ -173,7 +173,7 @@ def compress_array(x: Any, error_bound: float, mode: str = "abs", *, predictor: 
     pred = _check_choice(predictor, PREDICTORS, "predictor")
     radius = _check_radius(radius)
     if a.ndim > 8:
-        raise ValueError(f"compress_array: at most 8 dimensions are supported, got {a.ndim}")
+        raise InputError(f"compress_array: at most 8 dimensions are supported, got {a.ndim}")
     flat = np.ascontiguousarray(a).reshape(-1)
     shape = tuple(int(s) for s in a.shape)
     if dtype_id == 1:
@@ -203,10 +203,10 @@ def _output(out: Any, n: int, what: str, zeroed: bool, dtype_id: int = 1) -> np.
             raise DszError(f"{what}: no memory for {n} {dtype.name} values") from None
     if not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.c_contiguous \
             or not out.flags.writeable or not out.flags.aligned:
-        raise ValueError(f"{what}: out must be a writeable, aligned, C-contiguous {dtype.name} numpy array "
+        raise InputError(f"{what}: out must be a writeable, aligned, C-contiguous {dtype.name} numpy array "
                          "(the stream's dtype)")
     if out.size != n:
-        raise ValueError(f"{what}: out holds {out.size} values, the stream decodes to {n}")
+        raise InputError(f"{what}: out holds {out.size} values, the stream decodes to {n}")
     flat = out.reshape(-1)
     if zeroed:
         flat.fill(0)
@@ -258,7 +258,7 @@ class SparseIndex:
 def _sparse_matrix(w: Any, index_codec: str) -> tuple[np.ndarray, int]:
     a, dtype_id = _check_values(w, "encode_sparse")
     if a.ndim != 2:
-        raise ValueError(f"encode_sparse: a 2-D matrix is needed, got {a.ndim} dimensions")
+        raise InputError(f"encode_sparse: a 2-D matrix is needed, got {a.ndim} dimensions")
     if index_codec != "auto":
         _check_choice(index_codec, INDEX_CODECS, "index_codec")
     return np.ascontiguousarray(a), dtype_id
@@ -322,7 +322,7 @@ def encode_sparse(w: Any, error_bound: float, mode: str = "abs", index_codec: st
     if index is None:
         index = _choose_index(_pattern(a), index_codec, first, frame[hs + dr:])
     elif frame[hs + dr:] != index.gap8:
-        raise ValueError("encode_sparse: the index given was chosen for a matrix with other non-zero positions")
+        raise InputError("encode_sparse: the index given was chosen for a matrix with other non-zero positions")
     data_lossless, data_bytes = wrapping.wrap(frame[hs:hs + dr], wrapping.DATA_WRAPPERS)
     info.update(index_codec=index.codec, index_lossless=index.lossless, index_raw=index.raw,
                 index_stored=len(index.stored), data_lossless=data_lossless, data_stored=len(data_bytes))

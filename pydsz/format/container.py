@@ -128,6 +128,8 @@ def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
     """Check magic, version, sizes and checksums, then read the table; returns (version, model size,
     rest, entries)."""
     mv = memoryview(buf).cast("B")
+    if len(mv) < len(MAGIC) and MAGIC.startswith(bytes(mv)):
+        raise FormatError(f"truncated .dsz file: {len(mv)} bytes is shorter than its header")
     if len(mv) < 4 or bytes(mv[:4]) != MAGIC:
         raise FormatError("not a .dsz model file: wrong magic (expected 'DSZM')")
     if len(mv) < HEADER.size + 2 * CRC.size:
@@ -353,7 +355,11 @@ class DszModel:
 def load(path_or_bytes) -> DszModel:
     """Open a .dsz model from a path or from bytes."""
     if isinstance(path_or_bytes, (str, os.PathLike)):
-        return DszModel(read_file(path_or_bytes))
+        data = read_file(path_or_bytes)
+        try:
+            return DszModel(data)
+        except FormatError as exc:  # say which file
+            raise FormatError(f"{path_or_bytes}: {exc}") from None
     return DszModel(path_or_bytes)
 
 

@@ -26,6 +26,10 @@ FASHION_MNIST_ENV = "DSZ_FASHION_MNIST_DIR"
 # The validation split is the last VALIDATION_SIZE training images (the first 55,000 train).
 VALIDATION_SIZE = 5000
 
+# The reference models and Fashion-MNIST subsets live in pydsz/data of the source tree (and the sdist),
+# not in wheels: a device that installs the decoder downloads none of them. An editable install or a
+# checkout finds them there; DSZ_DATA names another folder that holds them.
+DATA_ENV = "DSZ_DATA"
 _DATA_DIR = Path(__file__).resolve().parents[1] / "data"  # pydsz/data
 
 # IDX type codes -> big-endian dtypes (http://yann.lecun.com/exdb/mnist/).
@@ -234,12 +238,25 @@ def load_data(path: PathLike, model, normalize: Optional[str] = None, need_label
     return (arrays[0] if len(arrays) == 1 else arrays), y
 
 
+def data_dir() -> Path:
+    """Where the reference models and data sets are: $DSZ_DATA, else pydsz/data of the source tree."""
+    given = os.environ.get(DATA_ENV)
+    return Path(given) if given else _DATA_DIR
+
+
 def bundled(name: str) -> Path:
-    """Path of a file bundled in pydsz/data (a reference model or data set), e.g. "lenet5.tflite"."""
-    path = _DATA_DIR / name
-    if Path(name).name != name or not path.is_file():
-        available = sorted(p.name for p in _DATA_DIR.glob("*") if p.is_file())
-        raise InputError(f"{name}: no such bundled file (have: {', '.join(available) or 'none'})")
+    """Path of a reference model or data set of pydsz/data (data_dir()), e.g. "lenet5.tflite"."""
+    folder = data_dir()
+    path = folder / name
+    if Path(name).name != name:
+        raise InputError(f"{name}: not a file name")
+    if not path.is_file():
+        available = sorted(p.name for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []
+        if not available:
+            raise InputError(f"{name}: the reference models and data are not installed (wheels carry none): "
+                             f"run from a source checkout (pip install -e .), or set {DATA_ENV} to a folder that "
+                             "holds pydsz/data's files")
+        raise InputError(f"{name}: no such file in {folder} (have: {', '.join(available)})")
     return path
 
 
