@@ -107,6 +107,12 @@ class Evaluator:
         self.keys = [d["key"] for d in self.model.output_details()]
         self.probe = runtime.probe(self.model, self.x)
         self.batch = max(1, min(runtime.DEFAULT_BATCH, runtime.BATCH_BYTES // max(1, self.probe.sample_bytes)))
+        self.batch_note = None  # why every sample runs alone, where it does
+        if self.probe.batch_dependence > runtime.BATCH_TOLERANCE:
+            self.batch = 1
+            self.batch_note = (f"the model's outputs depend on the batch (a sample's are {self.probe.batch_dependence:.2%} "
+                               "apart in a batch of two and alone): every sample runs alone, as a user running it one "
+                               "sample at a time gets it")
         start = time.perf_counter()
         self.outputs = runtime.outputs(self.bytes, self.x, self.keys, batch_size=self.batch,
                                        num_threads=num_threads)  # the original's, once
@@ -119,7 +125,8 @@ class Evaluator:
                      key=lambda layer: layer.op_index)
         tails = (Tail.from_model(self.model, layer.name) for layer in fcs) if "tail" in self.paths else ()
         self.tail = next((tail for tail in tails if tail is not None), None)
-        self.h = runtime.capture(self.bytes, self.x, self.tail.input_tensor, num_threads=num_threads) if self.tail else None
+        self.h = (runtime.capture(self.bytes, self.x, self.tail.input_tensor, batch_size=self.batch,
+                                  num_threads=num_threads) if self.tail else None)
         if self.tail:
             self._tail_output = self.keys[list(self.model.outputs).index(self.tail.output_tensor)]
         self._baseline: dict = {}  # path -> (its outputs, its per-sample losses)
@@ -219,11 +226,14 @@ class Evaluator:
     def _on_tail(self, weights: Mapping[str, np.ndarray]) -> bool:
         return self.tail is not None and set(weights) <= set(self.tail.layers)
 
-    def cut_of(self, name: str) -> int:
-        """The op a candidate of layer `name` is evaluated from: its own, or the earliest of the layers
-        that share its weights."""
-        layer = self.model.layer(name)
-        return min([layer.op_index] + [self.model.layer(n).op_index for n in layer.shared_with])
+    def cut_of(self, name: str) -> Optional[int]:
+        """The op of the main graph a candidate of layer `name` is evaluated from: its own, or the
+        earliest of the layers that share its weights; None for a layer of another subgraph (or one
+        sharing weights with one), which only the whole model runs as the entry point runs it."""
+        layers = [self.model.layer(name)] + [self.model.layer(n) for n in self.model.layer(name).shared_with]
+        if any(layer.subgraph for layer in layers):
+            return None
+        return min(layer.op_index for layer in layers)
 
     def path(self, names) -> object:
         """Where a candidate changing layers `names` is evaluated: "tail", the op of its cut, or "whole"."""
@@ -235,7 +245,10 @@ class Evaluator:
             self._graph = cut.Graph(self.model, self.probe.rows)
         if self._graph.reason is not None:
             return "whole"
-        start = min(self.cut_of(n) for n in names)
+        starts = [self.cut_of(n) for n in names]
+        if None in starts:
+            return "whole"
+        start = min(starts)
         return "whole" if start in self._untrusted else start
 
     @property
@@ -248,6 +261,16 @@ class Evaluator:
         if self._untrusted:
             return "; ".join(f"op {op}: {why}" for op, why in sorted(self._untrusted.items()))
         return None
+
+    def reaches(self, name: str) -> bool:
+        """Whether the data reaches layer `name` at all: its weights all zero change some output of some
+        sample, bit for bit (a branch of an IF that no sample takes leaves every output as it is)."""
+        path = self.path([name])
+        if path == "tail" and self._gpu is not None:
+            return True  # the GPU counts outcomes, not outputs; a tail layer is on the way to the output
+        base, _ = self._base(path)
+        out = self._outputs({name: np.zeros(self.model.layer(name).shape, np.float32)}, path)
+        return any(not np.array_equal(out[k], base[k]) for k in self.keys)
 
     def measure(self, weights: Mapping[str, np.ndarray]) -> Measure:
         """The loss with `weights` ({layer name: array}) in place, against the same path's baseline."""
@@ -280,7 +303,7 @@ class Evaluator:
     def measure_model(self, tflite_bytes: bytes) -> Measure:
         """The loss of another model of the same graph (the decoded .dsz) against the original,
         both through the interpreter: what a user would measure."""
-        out = runtime.outputs(tflite_bytes, self.x, self.keys, num_threads=self.num_threads)
+        out = runtime.outputs(tflite_bytes, self.x, self.keys, batch_size=self.batch, num_threads=self.num_threads)
         base = self.metric.losses(self.outputs, self.outputs, self.y)
         return self._measure(self.metric.losses(out, self.outputs, self.y), base)
 
@@ -315,7 +338,7 @@ class Evaluator:
         if self._chain is None or start not in self._chain.tails:
             # every layer's cut, whatever is measured first: the chain's steps, and so the values fed
             # to each cut, are then the same in every process
-            starts = {self.cut_of(n) for n in self.layer_names} | {start}
+            starts = {self.cut_of(n) for n in self.layer_names} - {None} | {start}
             self._chain = Chain(self.model, self._graph, self.x, sorted(starts), self.num_threads, self.batch)
         segment = self._chain.tails[start]
         feeds = self._chain.feeds(start)

@@ -71,6 +71,10 @@ def op_work(model) -> list[float]:
     return work
 
 
+def _order(cut: Optional[int]) -> float:
+    return math.inf if cut is None else cut
+
+
 def costs(evaluator: Evaluator, names: Sequence[str]) -> dict[str, float]:
     """Estimated seconds of one evaluation of each layer's candidates (see the module's docstring)."""
     model = evaluator.model
@@ -80,7 +84,9 @@ def costs(evaluator: Evaluator, names: Sequence[str]) -> dict[str, float]:
     out = {}
     for name in names:
         start = evaluator.cut_of(name)
-        if graph is not None and graph.reason is None:
+        if start is None:  # a layer of another subgraph: the whole model runs
+            share = 1.0
+        elif graph is not None and graph.reason is None:
             share = sum(work[i] for i in graph.tail(start).ops) / total
         else:
             share = 1.0 if evaluator.path([name]) != "tail" else sum(work[start:]) / total
@@ -178,7 +184,8 @@ class _Run:
             self.plans[tuple(self.group)] = Fitted("group", None, allowed, EXPONENTS[metric.name], low,
                                                    unit=1.0, highest=highest, parts=1)
         # layer by layer in execution order, so that the chain of cuts only moves forward
-        first = {key: min(evaluator.cut_of(n) for n in _members(key)) for key in self.plans}
+        # (the layers of other subgraphs, which have no cut, last)
+        first = {key: min(_order(evaluator.cut_of(n)) for n in _members(key)) for key in self.plans}
         self.order = sorted(self.plans, key=lambda key: first[key])
         # a group runs from its earliest layer's cut: the dearest of its layers' evaluations
         self.cost = {key: max(self.info[n]["seconds_per_evaluation"] for n in _members(key)) for key in self.plans}

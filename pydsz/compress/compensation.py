@@ -132,9 +132,9 @@ def rounded(values: np.ndarray, bound: float, dtype=np.float32) -> np.ndarray:
 
 def compensable(model: TFLiteModel) -> list:
     """The layers compensation can change: float32 or float16 weights (float16: the constant behind the
-    DEQUANTIZE op) that one layer alone reads."""
-    return [layer for layer in model.layers(("fc", "conv"))
-            if layer.compressible and layer.stored_dtype in ("FLOAT32", "FLOAT16") and not layer.shared_with]
+    DEQUANTIZE op) that one layer of the main graph alone reads (its inputs are captured there)."""
+    return [layer for layer in model.layers(("fc", "conv")) if not layer.subgraph
+            and layer.compressible and layer.stored_dtype in ("FLOAT32", "FLOAT16") and not layer.shared_with]
 
 
 def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibration=None,

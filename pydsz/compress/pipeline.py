@@ -31,7 +31,7 @@ from pydsz.compress.compensation import for_model as compensation_for
 from pydsz.context import Run
 from pydsz.encode import constants, pack
 from pydsz.errors import InputError
-from pydsz.format import container
+from pydsz.format import codec, container
 from pydsz.model import runtime, selection
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.selection import Selection, compressible_layers
@@ -204,7 +204,7 @@ def compress(
         compensation_for(data, names, x, compensation.calibration, run.num_threads) if compensation.on else (None, []))
     evaluator = Evaluator(data, x, y, names, metric, run=run, compensator=compensator)
     n = evaluator.samples
-    warnings = budget.warnings(n) + compensation_warnings
+    warnings = budget.warnings(n) + compensation_warnings + ([evaluator.batch_note] if evaluator.batch_note else [])
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)
     allowed = budget.allowed(n)
@@ -224,6 +224,10 @@ def compress(
     chosen_plan = _plan(table, n, allowed, max_size, margin, metric)
     # nothing fits (a target ratio beyond the grid): every layer lossless
     bounds = {name: chosen_plan.choice[name].bound if chosen_plan else 0.0 for name in names}
+    unreached = _unreached(evaluator, table)
+    if unreached:
+        bounds, note = _by_analogy(evaluator, table, bounds, unreached)
+        warnings.append(note)
     attempts: list[dict] = []
     trials = 0  # evaluations of the verification's tightening steps
     slack = 0.0  # loss the interpreter measured beyond the fast path's (float rounding)
@@ -267,6 +271,46 @@ def compress(
         assessment=assessment.layers, below_floor=selection.below_floor(model, layers, choice.min_bytes),
         memory=evaluator.footprint(), constants_rel=constants_rel,
     )
+
+
+def _unreached(evaluator: Evaluator, table: dict) -> list[str]:
+    """The layers no sample of the data reaches: every point measured moves nothing, and neither do
+    the layer's weights all zero (a branch that the data never takes)."""
+    model = evaluator.model
+    # a layer of another subgraph may be measured in a group, its points then estimates: it is checked
+    # whatever they say (one evaluation each)
+    still = [name for name, points in table.items() if model.layer(name).subgraph
+             or all(p.loss == 0 and p.noise == 0 and not p.lost and not p.gained for p in points)]
+    return [name for name in evaluator.layer_names if name in still and not evaluator.reaches(name)]
+
+
+def _by_analogy(evaluator: Evaluator, table: dict, bounds: dict, unreached: list) -> tuple[dict, str]:
+    """Bounds for the layers the data does not reach, whose losses cannot be measured: each takes the
+    finest of the bounds the measured layers of its kind (float, or integer steps) were given, relative
+    to their weights' scale (ladder.scale), measured once more to know its size: its error then adds
+    no more to the outputs, where it runs, than the measured layer that was kept closest. Without such
+    layers it stays lossless. Returns the bounds and the note that says so."""
+    from pydsz.assess import tasks
+    from pydsz.assess.ladder import scale
+
+    def stored(name):
+        return codec.stored_array(np.asarray(evaluator.model.stored(name)))
+
+    measured = {name: b / scale(stored(name)) for name, b in bounds.items() if name not in unreached and b > 0}
+    out = dict(bounds)
+    for name in unreached:
+        w = stored(name)
+        alike = [r for n, r in measured.items() if (stored(n).dtype.kind == "f") == (w.dtype.kind == "f")]
+        bound = min(alike) * scale(w) if alike else 0.0
+        if w.dtype.kind in "iu":
+            bound = float(round(bound))
+        if bound > 0 and not any(p.bound == bound for p in table[name]):
+            table[name] = sorted(table[name] + [tasks.measure_point(evaluator, name, bound)], key=lambda p: p.bound)
+        out[name] = bound
+    note = (f"no sample of the data reaches {', '.join(unreached)} (with their weights all zero no output moves: "
+            "a branch the data never takes), so their loss cannot be measured: each takes the finest bound the "
+            "measured layers got, relative to its weights' scale; data that runs them would measure them")
+    return out, note
 
 
 def _gather_constants(evaluator: Evaluator, packed: tuple, chosen: list, bounds: dict, layers: str,

@@ -34,7 +34,7 @@ def buffers(model, dtype: str, kinds: tuple = ("fc", "conv")) -> list[int]:
     (`kinds` fc and conv: --layers all), those places are the layers' biases and the operands of
     OPERAND_OPS; otherwise the biases of the layers of `kinds` only, and nothing else of the model
     changes."""
-    layers = model.layers(("fc", "conv"))
+    layers = [l for l in model.layers(("fc", "conv")) if not l.subgraph]  # the main graph's constants only
     weights = {l.stored for l in layers} | {l.weight for l in layers}
     biases = {(l.op_index, l.bias) for l in layers if l.bias is not None and l.kind in kinds}
     operand_ops = OPERAND_OPS if set(kinds) >= {"fc", "conv"} else set()

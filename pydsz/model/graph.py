@@ -1,8 +1,8 @@
 """TFLite model I/O: find the weight tensors of a .tflite file and rewrite their bytes in place.
 
-Read-only flatbuffer parsing through the `tflite` package. Only subgraph 0 (the main graph) is
-searched for layers; buffers are checked against every subgraph, so that a constant another graph
-also reads is never altered behind its back. Nothing here writes flatbuffers: `replace` returns a
+Read-only flatbuffer parsing through the `tflite` package, of every subgraph (pydsz.model.layers
+finds the layers in each, and where their weights are held; `tensors`, `ops`, `inputs` and `outputs`
+are the main graph's, which the interpreter's entry point runs). Nothing here writes flatbuffers: `replace` returns a
 copy of the file with some tensors' bytes overwritten, which is all the .dsz container needs.
 """
 
@@ -14,21 +14,8 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from pydsz.errors import DszError, FormatError, InputError
-from pydsz.model.tensors import (
-    BIAS_INPUT,
-    DATA_INPUT,
-    DTYPES,
-    INTEGER_TYPES,
-    KINDS,
-    STORED_TYPES,
-    Layer,
-    Op,
-    Tensor,
-    WeightBuffer,
-    computed_by,
-    enum_names,
-    parse_options,
-)
+from pydsz.model.layers import find as find_layers
+from pydsz.model.tensors import DTYPES, INTEGER_TYPES, Graph, Layer, Op, Tensor, WeightBuffer, enum_names, parse_options
 
 try:
     import tflite
@@ -67,7 +54,7 @@ class TFLiteModel:
             raise FormatError("not a TFLite model: missing 'TFL3' identifier")
         try:
             self._parse()
-            self._layers = self._find_layers()
+            self._layers = find_layers(self)
         except FormatError:
             raise
         except (IndexError, struct.error, ValueError, TypeError, OverflowError) as exc:
@@ -108,15 +95,20 @@ class TFLiteModel:
                 if b:
                     self._buffer_users.setdefault(b, []).append((s, t))
 
-        graph = model.Subgraphs(0)
-        self.tensors = []
+        self.graphs = [self._parse_graph(model.Subgraphs(k), k, codes, types) for k in range(model.SubgraphsLength())]
+        main = self.graphs[0]
+        self.tensors, self.ops, self.inputs, self.outputs = main.tensors, main.ops, main.inputs, main.outputs
+        self._keys = self._io_keys(model)
+
+    def _parse_graph(self, graph, k: int, codes: list, types: dict) -> Graph:
+        tensors = []
         for t in range(graph.TensorsLength()):
             tensor = graph.Tensors(t)
             shape = tuple(int(d) for d in tensor.ShapeAsNumpy()) if tensor.ShapeLength() else ()
             signature = (tuple(int(d) for d in tensor.ShapeSignatureAsNumpy())
                          if tensor.ShapeSignatureLength() else shape)
             quant = tensor.Quantization()
-            self.tensors.append(Tensor(
+            tensors.append(Tensor(
                 index=t, name=(tensor.Name() or b"").decode("utf-8", "replace"), shape=shape,
                 shape_signature=signature, type=types.get(tensor.Type(), f"TYPE_{tensor.Type()}"),
                 buffer=tensor.Buffer(),
@@ -126,29 +118,26 @@ class TFLiteModel:
                 zero_point=(tuple(int(v) for v in quant.ZeroPointAsNumpy())
                             if quant is not None and quant.ZeroPointLength() else ()),
                 axis=quant.QuantizedDimension() if quant is not None else 0))
-
-        n_tensors = len(self.tensors)
+        where = f" of subgraph {k}" if k else ""
 
         def indices(array, what: str, op_index: int) -> tuple:
             values = tuple(int(v) for v in array) if not isinstance(array, int) else ()
             for v in values:
-                if v < -1 or v >= n_tensors:
-                    raise FormatError(f"op {op_index}: {what} tensor {v} of {n_tensors}")
+                if v < -1 or v >= len(tensors):
+                    raise FormatError(f"op {op_index}{where}: {what} tensor {v} of {len(tensors)}")
             return values
 
-        self.ops = []
+        ops = []
         for i in range(graph.OperatorsLength()):
             op = graph.Operators(i)
             if op.OpcodeIndex() >= len(codes):
-                raise FormatError(f"op {i} uses operator code {op.OpcodeIndex()} of {len(codes)}")
+                raise FormatError(f"op {i}{where} uses operator code {op.OpcodeIndex()} of {len(codes)}")
             name = codes[op.OpcodeIndex()]
-            self.ops.append(Op(index=i, name=name,
-                               inputs=indices(op.InputsAsNumpy(), "input", i),
-                               outputs=indices(op.OutputsAsNumpy(), "output", i),
-                               options=parse_options(op, name)))
-        self.inputs = indices(graph.InputsAsNumpy(), "graph input", -1)
-        self.outputs = indices(graph.OutputsAsNumpy(), "graph output", -1)
-        self._keys = self._io_keys(model)
+            ops.append(Op(index=i, name=name, inputs=indices(op.InputsAsNumpy(), "input", i),
+                          outputs=indices(op.OutputsAsNumpy(), "output", i), options=parse_options(op, name)))
+        return Graph(index=k, name=(graph.Name() or b"").decode("utf-8", "replace"), tensors=tensors, ops=ops,
+                     inputs=indices(graph.InputsAsNumpy(), "graph input", -1),
+                     outputs=indices(graph.OutputsAsNumpy(), "graph output", -1))
 
     def _io_keys(self, model) -> dict:
         """Each graph input's and output's name for users (--model-output, .npz arrays, metrics):
@@ -185,95 +174,14 @@ class TFLiteModel:
                               f"of a {len(self.data)}-byte file")
         return (start, size)
 
-    def _stored_tensor(self, w: Tensor) -> Optional[Tensor]:
-        """The constant that holds a weight's values: w itself, or the float16 constant a DEQUANTIZE
-        op turns into w (weights stored as float16); None when w is computed otherwise."""
-        if self._has_data(w):
-            return w
-        producer = next((op for op in self.ops if w.index in op.outputs), None)
-        if producer is None or producer.name != "DEQUANTIZE" or not producer.inputs or producer.inputs[0] < 0:
-            return None
-        source = self.tensors[producer.inputs[0]]
-        return source if self._has_data(source) and source.type == "FLOAT16" else None
-
-    def _has_data(self, t: Tensor) -> bool:
-        # converters may give a computed tensor an empty buffer of its own rather than buffer 0
+    def has_data(self, t: Tensor) -> bool:
+        """Whether a tensor is a constant: a buffer with bytes (converters may give a computed tensor an
+        empty buffer of its own rather than buffer 0)."""
         return t.buffer != 0 and self._buffers[t.buffer][0] >= 0 and self._buffers[t.buffer][1] > 0
 
-    def _find_layers(self) -> list:
-        counters = {"fc": 0, "conv": 0}
-        layers = []
-        weight_tensors = set()  # the weight inputs of the layer ops and the constants that hold them
-        for op in self.ops:
-            kind = KINDS.get(op.name)
-            if kind is None:
-                continue
-            if len(op.inputs) < 2 or op.inputs[1] < 0:
-                raise FormatError(f"op {op.index} ({op.name}) has no weight input")
-            counters[kind] += 1
-            w = self.tensors[op.inputs[1]]
-            stored = self._stored_tensor(w)
-            layers.append((f"{kind}{counters[kind]}", kind, op, w, stored))
-            weight_tensors.add(w.index)
-            if stored is not None:
-                weight_tensors.add(stored.index)
-
-        by_buffer: dict = {}
-        for name, _, _, _, stored in layers:
-            if stored is not None:
-                by_buffer.setdefault(stored.buffer, []).append(name)
-
-        result = []
-        for name, kind, op, w, stored in layers:
-            offset, nbytes = self._buffers[stored.buffer] if stored is not None else (-1, 0)
-            if offset < 0:
-                offset, nbytes = -1, 0
-            reason = self._skip_reason(w, stored, nbytes, weight_tensors)
-            b = BIAS_INPUT.get(op.name, 2)
-            bias = op.inputs[b] if len(op.inputs) > b and op.inputs[b] >= 0 else None
-            result.append(Layer(
-                name=name, kind=kind, op=op.name, op_index=op.index, input=op.inputs[DATA_INPUT.get(op.name, 0)],
-                output=op.outputs[0], weight=w.index, bias=bias,
-                activation=op.options.get("activation", "NONE"), shape=w.shape, dtype=w.type,
-                buffer=stored.buffer if stored is not None else 0, offset=offset, nbytes=nbytes,
-                compressible=not reason, skip_reason=reason,
-                shared_with=tuple(n for n in by_buffer.get(stored.buffer, ()) if n != name) if stored else (),
-                stored=stored.index if stored is not None else -1,
-                stored_dtype=stored.type if stored is not None else ""))
-        return result
-
-    def _skip_reason(self, w: Tensor, stored: Optional[Tensor], nbytes: int, weight_tensors: set) -> str:
-        if stored is None or nbytes == 0:
-            return f"weight tensor {w.index} ({w.name!r}) has no constant data: {computed_by(self.ops, w.index)}"
-        if stored.type not in STORED_TYPES:
-            return f"{stored.type} weights are kept lossless (float32, float16, int8 and uint8 weights are compressed)"
-        if stored.type in INTEGER_TYPES:
-            if not stored.quantized:
-                return f"{stored.type} weights without quantization scales are kept lossless"
-            if len(stored.scale) not in (1, stored.shape[stored.axis] if stored.axis < len(stored.shape) else -1) \
-                    or len(stored.zero_point) not in (0, len(stored.scale)):
-                return f"{stored.type} weights with {len(stored.scale)} scales for shape {stored.shape} are kept lossless"
-        elif stored.quantized:
-            return f"quantized {stored.type.lower()} weights are kept lossless"
-        if stored.sparse:
-            return "sparse-format weights are kept lossless"
-        if stored.shape != w.shape:
-            return f"the DEQUANTIZE op changes the weight's shape {stored.shape} to {w.shape}"
-        expected = int(np.prod(w.shape, dtype=np.int64)) * stored.dtype.itemsize
-        if expected != nbytes:
-            raise FormatError(f"tensor {stored.index} ({stored.name!r}) of shape {stored.shape} needs {expected} "
-                              f"bytes but buffer {stored.buffer} holds {nbytes}")
-        for s, t in self._buffer_users[stored.buffer]:
-            if s != 0 or t not in weight_tensors:
-                return (f"buffer {stored.buffer} is also read by tensor {t} of subgraph {s}, which is not a "
-                        "layer weight")
-        for op in self.ops:
-            reads = [i for i, t in enumerate(op.inputs) if t == w.index]
-            if reads and (op.name not in KINDS or reads != [1]):
-                return f"weight tensor {w.index} is also read by op {op.index} ({op.name}) as a non-weight input"
-            if stored is not w and stored.index in op.inputs and (op.name != "DEQUANTIZE" or op.outputs[0] != w.index):
-                return f"float16 weight tensor {stored.index} is also read by op {op.index} ({op.name})"
-        return ""
+    def buffer_users(self, buffer: int) -> list:
+        """(subgraph, tensor) of every tensor that reads a buffer."""
+        return self._buffer_users.get(buffer, [])
 
     def layers(self, kinds: Sequence[str] = ("fc",)) -> list:
         """The layers of the given kinds ("fc", "conv") in execution order, compressible or not."""
@@ -299,9 +207,9 @@ class TFLiteModel:
                              dtype=group[0].stored_dtype, offset=group[0].offset, nbytes=group[0].nbytes)
                 for b, group in groups.items()]
 
-    def constant(self, tensor_index: int) -> Optional[np.ndarray]:
+    def constant(self, tensor_index: int, subgraph: int = 0) -> Optional[np.ndarray]:
         """A constant tensor's values (read-only, shaped as the tensor), or None if it has no data."""
-        t = self.tensors[tensor_index]
+        t = self.graphs[subgraph].tensors[tensor_index]
         offset, nbytes = self._buffers[t.buffer] if t.buffer else (-1, 0)
         if offset < 0 or nbytes == 0 or t.dtype is None:
             return None
@@ -331,7 +239,7 @@ class TFLiteModel:
         """(scale, zero point) of a layer's stored integer weights, float32 and int32 arrays shaped to
         broadcast against them (one value per channel along the quantized axis, or one in all)."""
         layer = self.layer(layer) if isinstance(layer, str) else layer
-        t = self.tensors[layer.stored]
+        t = self.graphs[layer.stored_subgraph].tensors[layer.stored]
         if not t.scale:
             raise InputError(f"layer {layer.name}: its weights are not quantized")
         shape = [1] * len(t.shape)
@@ -344,7 +252,7 @@ class TFLiteModel:
     def stored(self, layer: Union[str, Layer]) -> np.ndarray:
         """A layer's weights as stored in the file (float16 where a DEQUANTIZE op reads them), read-only."""
         layer = self.layer(layer) if isinstance(layer, str) else layer
-        values = self.constant(layer.stored) if layer.stored >= 0 else None
+        values = self.constant(layer.stored, layer.stored_subgraph) if layer.stored >= 0 else None
         if values is None:
             raise InputError(f"layer {layer.name}: {layer.skip_reason}")
         return values
@@ -409,11 +317,11 @@ class TFLiteModel:
         return writer.take()
 
     def _buffer_target(self, buffer: int) -> tuple:
-        users = [t for s, t in self._buffer_users.get(buffer, []) if s == 0]
+        users = self._buffer_users.get(buffer, [])
         offset, nbytes = self._buffers[buffer] if 0 < buffer < len(self._buffers) else (-1, 0)
         if not users or offset < 0:
-            raise InputError(f"buffer {buffer} holds no constant tensor of the main graph")
-        t = self.tensors[users[0]]
+            raise InputError(f"buffer {buffer} holds no constant tensor")
+        t = self.graphs[users[0][0]].tensors[users[0][1]]
         if t.dtype is None:
             raise InputError(f"buffer {buffer}: tensor {t.index} has unsupported type {t.type}")
         return buffer, t.shape, t.type, offset, nbytes, f"buffer {buffer}"

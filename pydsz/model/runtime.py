@@ -181,10 +181,16 @@ def _batch(model, budget: int, x=None) -> int:
     """As many samples (up to DEFAULT_BATCH) as keep a batch's non-constant tensors within `budget`
     bytes: their sizes as one sample of x makes them (probe), else as the model declares them (a
     dynamic shape then counts 1 along its free axes: BirdNET's declare 5 MB a sample and take 112).
-    A sample's values do not depend on the batch it runs in beyond float rounding (some runtimes'
-    kernels round differently by batch): a comparison runs both sides with the same rule."""
-    per_sample = probe(model, x, samples=1).sample_bytes if x is not None else _declared_bytes(model)
-    return max(1, min(DEFAULT_BATCH, budget // max(1, per_sample)))
+    One sample at a time where the model's outputs depend on the batch (Probe.batch_dependence): a
+    sample is then measured as a user who runs it alone gets it. Otherwise a sample's values do not
+    depend on the batch beyond float rounding (some runtimes' kernels round differently by batch):
+    a comparison runs both sides with the same rule."""
+    if x is None:
+        return max(1, min(DEFAULT_BATCH, budget // max(1, _declared_bytes(model))))
+    found = probe(model, x)
+    if found.batch_dependence > BATCH_TOLERANCE:
+        return 1
+    return max(1, min(DEFAULT_BATCH, budget // max(1, found.sample_bytes)))
 
 
 def _declared_bytes(model) -> int:
@@ -195,15 +201,23 @@ def _declared_bytes(model) -> int:
                for t in parsed.tensors if len(t.shape) and parsed.constant(t.index) is None)
 
 
+# Outputs of a sample run alone and in a batch that differ by more than this (relative L2) make a model
+# batch dependent; the builtin kernels differ between batch sizes by float rounding only (1e-7).
+BATCH_TOLERANCE = 1e-4
+
+
 @dataclass(frozen=True)
 class Probe:
     """What running one and two samples says about a model's tensors: the bytes one sample's
-    non-constant tensors take (all of them at once: what the batch is sized by), and which tensors
-    hold one row per sample (None where the model does not run two samples at once)."""
+    non-constant tensors take (all of them at once: what the batch is sized by), which tensors
+    hold one row per sample (None where the model does not run two samples at once), and how far a
+    sample's outputs in a batch of two are from its outputs alone (openWakeWord's mel front end clamps
+    by the batch's loudest sample: 2% apart at two samples, 7% at 32)."""
 
     sample_bytes: int
     rows: Optional[frozenset]
     tensors: Optional[dict] = None  # tensor index -> its bytes for one sample (None: declared shapes only)
+    batch_dependence: float = 0.0  # the largest relative L2 difference of an output, batched against alone
 
 
 def probe(model, x, samples: int = 2) -> Probe:
@@ -215,7 +229,7 @@ def probe(model, x, samples: int = 2) -> Probe:
     parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
     cls = interpreter_class()
     resolver = sys.modules[cls.__module__].OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    shapes, it = [], None
+    shapes, it, outs = [], None, []
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*preserve_all_tensors", category=UserWarning)
@@ -223,17 +237,21 @@ def probe(model, x, samples: int = 2) -> Probe:
                      experimental_op_resolver_type=resolver)
         details = it.get_input_details()
         arrays = fit_inputs(details, x, finite=False)
-        for rows in range(1, samples + 1):
-            if len(arrays[0]) < rows:
+        # samples 0, then 0 and 1 together, then 1 alone: each sample batched and alone
+        for rows in [r for r in range(1, samples + 1) if len(arrays[0]) >= r] + ([-1] if samples > 1 else []):
+            if rows == -1 and (len(shapes) < 2 or len(arrays[0]) < 2):
                 break
+            take = slice(1, 2) if rows == -1 else slice(0, rows)
             for d, a in zip(details, arrays):
-                it.resize_tensor_input(d["index"], [rows, *a.shape[1:]])
+                it.resize_tensor_input(d["index"], [1 if rows == -1 else rows, *a.shape[1:]])
             it.allocate_tensors()
             for d, a in zip(details, arrays):
-                it.set_tensor(d["index"], np.ascontiguousarray(a[:rows], dtype=d["dtype"]))
+                it.set_tensor(d["index"], np.ascontiguousarray(a[take], dtype=d["dtype"]))
             it.invoke()
-            shapes.append({d["index"]: (tuple(int(v) for v in d["shape"]), np.dtype(d["dtype"]).itemsize)
-                           for d in it.get_tensor_details() if d["index"] < len(parsed.tensors)})
+            outs.append([it.get_tensor(d["index"]).copy() for d in it.get_output_details()])
+            if rows > 0:
+                shapes.append({d["index"]: (tuple(int(v) for v in d["shape"]), np.dtype(d["dtype"]).itemsize)
+                               for d in it.get_tensor_details() if d["index"] < len(parsed.tensors)})
     except (RuntimeError, ValueError):
         pass
     it = None
@@ -247,7 +265,22 @@ def probe(model, x, samples: int = 2) -> Probe:
     if len(shapes) > 1:
         rows = frozenset(t for t, (shape, _) in shapes[1].items() if len(shape) >= 1 and shape[0] == 2
                          and len(one.get(t, ((),))[0]) >= 1 and one[t][0][0] == 1)
-    return Probe(per_sample, rows, sizes)
+    return Probe(per_sample, rows, sizes, _batch_dependence(outs))
+
+
+def _batch_dependence(outs: list) -> float:
+    """The largest relative L2 difference between an output of a sample alone and in the batch of two
+    (outs: sample 0 alone, samples 0 and 1, sample 1 alone); 0 where the model ran no batch of two."""
+    if len(outs) < 3:
+        return 0.0
+    worst = 0.0
+    for alone, batched, row in ((outs[0], outs[1], 0), (outs[2], outs[1], 1)):
+        for a, b in zip(alone, batched):
+            if b.ndim == 0 or b.shape[0] != 2 or a.shape[1:] != b.shape[1:]:
+                return 0.0  # not one row per sample: the runtime's batching check says so apart
+            a, b = a[0].astype(np.float64), b[row].astype(np.float64)
+            worst = max(worst, float(np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-30)))
+    return worst
 
 
 def batch_size(model, x=None) -> int:

@@ -124,6 +124,8 @@ class Tail:
         try:
             if layer.kind != "fc":
                 raise _Unsupported(f"{start} is a {layer.op} layer; the tail starts at a FULLY_CONNECTED one")
+            if layer.subgraph:
+                raise _Unsupported(f"{start} is in subgraph {layer.subgraph}, which only the whole model runs")
             return cls._build(model, layer)
         except _Unsupported as exc:
             if strict:
@@ -132,7 +134,7 @@ class Tail:
 
     @classmethod
     def _build(cls, model: TFLiteModel, first) -> "Tail":
-        fc_names = {layer.op_index: layer.name for layer in model.layers(("fc",))}
+        fc_names = {layer.op_index: layer.name for layer in model.layers(("fc",)) if not layer.subgraph}
         steps, weights, biases = [], {}, {}
         current = first.input
         tensor = model.tensors[current]

@@ -44,6 +44,8 @@ OPTION_CLASSES = {
     "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions", "SOFTMAX": "SoftmaxOptions",
     "ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions", "DIV": "DivOptions",
     "LEAKY_RELU": "LeakyReluOptions",
+    # the ops that run other subgraphs, and which
+    "IF": "IfOptions", "WHILE": "WhileOptions", "CALL_ONCE": "CallOnceOptions",
 }
 
 
@@ -53,6 +55,8 @@ OPTION_FIELDS = {
     # convolution geometry (pydsz.prune.oneshot's im2col); padding stays the schema's enum: 0 SAME, 1 VALID
     "Padding": "padding", "StrideH": "stride_h", "StrideW": "stride_w",
     "DilationHFactor": "dilation_h", "DilationWFactor": "dilation_w", "DepthMultiplier": "depth_multiplier",
+    "ThenSubgraphIndex": "then", "ElseSubgraphIndex": "else", "CondSubgraphIndex": "cond",
+    "BodySubgraphIndex": "body", "InitSubgraphIndex": "init",
 }
 
 
@@ -91,11 +95,24 @@ class Op:
 
 
 @dataclass(frozen=True)
-class Layer:
-    """One FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV op of subgraph 0 and where its
-    weights live."""
+class Graph:
+    """One subgraph: the main graph (0) or one that IF, WHILE or CALL_ONCE runs."""
 
-    name: str  # fc1, fc2, ... / conv1, conv2, ... (every kind of convolution) in execution order
+    index: int
+    name: str
+    tensors: list
+    ops: list
+    inputs: tuple
+    outputs: tuple
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV op and where its weights live.
+    Its tensor and op indices are those of its subgraph; the stored constant's are of `stored_subgraph`
+    (a branch's weights may be a constant of the graph that passes them to the IF or WHILE running it)."""
+
+    name: str  # fc1, fc2, ... / conv1, conv2, ... in execution order; sg<k>.fc1, ... in subgraph k
     kind: str  # "fc" or "conv"
     op: str  # the builtin operator name
     op_index: int
@@ -116,6 +133,8 @@ class Layer:
     # the DEQUANTIZE op that computes it (the converter's float16 option); -1 when there is none
     stored: int = -1
     stored_dtype: str = ""  # TFLite type name of the stored constant: "FLOAT32", "FLOAT16", ...
+    subgraph: int = 0  # the subgraph whose op this is
+    stored_subgraph: int = 0  # the subgraph of the `stored` tensor
 
     @property
     def buffer_index(self) -> int:
@@ -149,6 +168,11 @@ def parse_options(op, name: str) -> dict:
             value = getattr(options, method)()
             parsed[key] = activations.get(value, str(value)) if key == "activation" else value
     return parsed
+
+
+# the ops that run subgraphs: (option naming a subgraph, the first of the op's inputs that is the
+# subgraph's first input). IF's input 0 is its condition; WHILE hands all its inputs to cond and body.
+CALLS = {"IF": (("then", 1), ("else", 1)), "WHILE": (("cond", 0), ("body", 0)), "CALL_ONCE": (("init", 0),)}
 
 
 def computed_by(ops: list, tensor: int) -> str:

@@ -309,10 +309,10 @@ def solve(layer: Layer, weight: np.ndarray, factors: Sequence[np.ndarray], order
 
 
 def selectable(model: TFLiteModel, kinds: Sequence[str]) -> list[Layer]:
-    """The layers of `kinds` whose float32 weights one layer alone reads, in execution order: those
-    the sweep can change."""
-    return [layer for layer in model.layers(kinds)
-            if layer.compressible and layer.stored_dtype == "FLOAT32" and not layer.shared_with]
+    """The layers of `kinds` of the main graph whose float32 weights one layer alone reads, in execution
+    order: those the sweep can change (their inputs are captured where the entry point computes them)."""
+    return [layer for layer in model.layers(kinds) if not layer.subgraph
+            and layer.compressible and layer.stored_dtype == "FLOAT32" and not layer.shared_with]
 
 
 def rank_deficient(model: TFLiteModel, layers: Sequence[Layer], samples: int) -> list[tuple[Layer, int, int]]:

@@ -183,7 +183,7 @@ def _final_auto(dense, train: tuple, val: tuple, chosen, judged: Budget, teacher
 def _fc_layers(model, none: str) -> list:
     """The model's FC layers that pruning may change; InputError, saying the model has `none`, where
     there are none."""
-    fcs = [l for l in model.layers(("fc",)) if l.compressible and not l.shared_with]
+    fcs = [l for l in model.layers(("fc",)) if l.compressible and not l.shared_with and not l.subgraph]
     if not fcs:
         raise InputError(f"the model has {none} (float32 constant weights used by one layer)")
     return fcs

@@ -1,0 +1,144 @@
+"""Models of several subgraphs for the tests: a minimal .tflite writer (the converter makes IF and WHILE
+only from TensorFlow control flow), and two models built with it whose layers' weights live in a
+branch of an IF and in the body of a WHILE."""
+
+import flatbuffers
+import numpy as np
+import tflite
+
+T = tflite.TensorType
+
+
+def build(graphs: list) -> bytes:
+    """A .tflite of several subgraphs. graphs: dicts of tensors, ops, inputs, outputs. A tensor: shape,
+    type (default FLOAT32), data (bytes of a constant), signature (default: shape with a fixed batch).
+    An op: (name, inputs, outputs[, options name, {setter: value}])."""
+    b = flatbuffers.Builder(1024)
+
+    def vector(start, values, prepend):
+        start(b, len(values))
+        for v in reversed(values):
+            prepend(v)
+        return b.EndVector()
+
+    ints = lambda start, values: vector(start, list(values), b.PrependInt32)  # noqa: E731
+    tables = lambda start, values: vector(start, list(values), b.PrependUOffsetTRelative)  # noqa: E731
+
+    tflite.BufferStart(b)
+    buffers = [tflite.BufferEnd(b)]
+    buffer_of = {}
+    for g, graph in enumerate(graphs):
+        for t, tensor in enumerate(graph["tensors"]):
+            if "data" in tensor:
+                data = bytes(tensor["data"])
+                b.StartVector(1, len(data), 16)
+                b.head -= len(data)
+                b.Bytes[b.head:b.head + len(data)] = data
+                vec = b.EndVector()
+                tflite.BufferStart(b)
+                tflite.BufferAddData(b, vec)
+                buffer_of[g, t] = len(buffers)
+                buffers.append(tflite.BufferEnd(b))
+    names = sorted({op[0] for graph in graphs for op in graph["ops"]})
+    codes = []
+    for name in names:
+        code = getattr(tflite.BuiltinOperator, name)
+        tflite.OperatorCodeStart(b)
+        tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
+        tflite.OperatorCodeAddBuiltinCode(b, code)
+        tflite.OperatorCodeAddVersion(b, 1)
+        codes.append(tflite.OperatorCodeEnd(b))
+    subgraphs = []
+    for g, graph in enumerate(graphs):
+        tensors = []
+        for t, tensor in enumerate(graph["tensors"]):
+            name = b.CreateString(f"g{g}t{t}")
+            shape = ints(tflite.TensorStartShapeVector, tensor["shape"])
+            signature = ints(tflite.TensorStartShapeSignatureVector, tensor.get("signature", tensor["shape"]))
+            tflite.TensorStart(b)
+            tflite.TensorAddShape(b, shape)
+            tflite.TensorAddShapeSignature(b, signature)
+            tflite.TensorAddType(b, tensor.get("type", T.FLOAT32))
+            tflite.TensorAddName(b, name)
+            tflite.TensorAddBuffer(b, buffer_of.get((g, t), 0))
+            tensors.append(tflite.TensorEnd(b))
+        ops = []
+        for name, inputs, outputs, *extra in graph["ops"]:
+            options = None
+            if extra:
+                kind, values = extra
+                getattr(tflite, f"{kind}Start")(b)
+                for setter, value in values.items():
+                    getattr(tflite, f"{kind}Add{setter}")(b, value)
+                options = getattr(tflite, f"{kind}End")(b)
+            in_vec, out_vec = ints(tflite.OperatorStartInputsVector, inputs), ints(tflite.OperatorStartOutputsVector, outputs)
+            tflite.OperatorStart(b)
+            tflite.OperatorAddOpcodeIndex(b, names.index(name))
+            tflite.OperatorAddInputs(b, in_vec)
+            tflite.OperatorAddOutputs(b, out_vec)
+            if options is not None:
+                tflite.OperatorAddBuiltinOptionsType(b, getattr(tflite.BuiltinOptions, extra[0]))
+                tflite.OperatorAddBuiltinOptions(b, options)
+            ops.append(tflite.OperatorEnd(b))
+        tensor_vec, op_vec = tables(tflite.SubGraphStartTensorsVector, tensors), tables(tflite.SubGraphStartOperatorsVector, ops)
+        in_vec = ints(tflite.SubGraphStartInputsVector, graph["inputs"])
+        out_vec = ints(tflite.SubGraphStartOutputsVector, graph["outputs"])
+        tflite.SubGraphStart(b)
+        tflite.SubGraphAddTensors(b, tensor_vec)
+        tflite.SubGraphAddOperators(b, op_vec)
+        tflite.SubGraphAddInputs(b, in_vec)
+        tflite.SubGraphAddOutputs(b, out_vec)
+        subgraphs.append(tflite.SubGraphEnd(b))
+    graphs_vec = tables(tflite.ModelStartSubgraphsVector, subgraphs)
+    codes_vec = tables(tflite.ModelStartOperatorCodesVector, codes)
+    buffers_vec = tables(tflite.ModelStartBuffersVector, buffers)
+    tflite.ModelStart(b)
+    tflite.ModelAddVersion(b, 3)
+    tflite.ModelAddOperatorCodes(b, codes_vec)
+    tflite.ModelAddSubgraphs(b, graphs_vec)
+    tflite.ModelAddBuffers(b, buffers_vec)
+    b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def _w(shape, seed):
+    return (np.random.default_rng(seed).standard_normal(shape) * 0.3).astype("<f4")
+
+
+def if_model(n: int = 32) -> bytes:
+    """y = FC(x, W_then) where max(x) > 0, else FC(x, W_else): W_then is a constant of the main graph
+    that the IF hands to its `then` branch (as openWakeWord's wake-word models do), W_else a constant of
+    the `else` branch itself. x: [1, n]."""
+    main = {"tensors": [{"shape": [1, n]}, {"shape": [2], "type": T.INT32, "data": np.array([0, 1], "<i4").tobytes()},
+                        {"shape": []}, {"shape": [], "data": np.zeros((), "<f4").tobytes()},
+                        {"shape": [], "type": T.BOOL}, {"shape": [n, n], "data": _w((n, n), 1).tobytes()},
+                        {"shape": [1, n]}],
+            "ops": [("REDUCE_MAX", [0, 1], [2], "ReducerOptions", {"KeepDims": False}), ("GREATER", [2, 3], [4]),
+                    ("IF", [4, 0, 5], [6], "IfOptions", {"ThenSubgraphIndex": 1, "ElseSubgraphIndex": 2})],
+            "inputs": [0], "outputs": [6]}
+    then = {"tensors": [{"shape": [1, n]}, {"shape": [n, n]}, {"shape": [1, n]}],
+            "ops": [("FULLY_CONNECTED", [0, 1, -1], [2])], "inputs": [0, 1], "outputs": [2]}
+    other = {"tensors": [{"shape": [1, n]}, {"shape": [n, n]}, {"shape": [n, n], "data": _w((n, n), 2).tobytes()},
+                         {"shape": [1, n]}],
+             "ops": [("FULLY_CONNECTED", [0, 2, -1], [3])], "inputs": [0, 1], "outputs": [3]}
+    return build([main, then, other])
+
+
+def while_model(n: int = 32, steps: int = 3) -> bytes:
+    """x through `steps` rounds of TANH(FC(x, W)) in a WHILE loop whose body holds W. x: [1, n]."""
+    def i32(v):
+        return np.array(v, "<i4").tobytes()
+
+    main = {"tensors": [{"shape": [1, n]}, {"shape": [], "type": T.INT32, "data": i32(0)},
+                        {"shape": [], "type": T.INT32}, {"shape": [1, n]}],
+            "ops": [("WHILE", [1, 0], [2, 3], "WhileOptions", {"CondSubgraphIndex": 1, "BodySubgraphIndex": 2})],
+            "inputs": [0], "outputs": [3]}
+    cond = {"tensors": [{"shape": [], "type": T.INT32}, {"shape": [1, n]},
+                        {"shape": [], "type": T.INT32, "data": i32(steps)}, {"shape": [], "type": T.BOOL}],
+            "ops": [("LESS", [0, 2], [3])], "inputs": [0, 1], "outputs": [3]}
+    body = {"tensors": [{"shape": [], "type": T.INT32}, {"shape": [1, n]}, {"shape": [], "type": T.INT32, "data": i32(1)},
+                        {"shape": [], "type": T.INT32}, {"shape": [n, n], "data": (_w((n, n), 3) * 0.5).tobytes()},
+                        {"shape": [1, n]}, {"shape": [1, n]}],
+            "ops": [("ADD", [0, 2], [3]), ("FULLY_CONNECTED", [1, 4, -1], [5]), ("TANH", [5], [6])],
+            "inputs": [0, 1], "outputs": [3, 6]}
+    return build([main, cond, body])
