@@ -62,7 +62,7 @@ SCHEDULES = {
 @functools.lru_cache(maxsize=1)
 def _data(ref_name: str) -> dict:
     """The tail's layers and its captured inputs for train, validation and test (cached per process)."""
-    from pydsz.model import runtime
+    from pydsz.model import activations
     from pydsz.model.data import bundled, fashion_mnist, load_npz
     from pydsz.model.graph import TFLiteModel
     from pydsz.model.tail import Tail
@@ -77,7 +77,7 @@ def _data(ref_name: str) -> dict:
               "test": load_npz(bundled("fmnist_test.npz"))}
     out = {"layers": tail_layers(tail)}
     for split, (xs, ys) in splits.items():
-        h = runtime.capture(data, xs, tail.input_tensor)
+        h = activations.capture(data, xs, tail.input_tensor)
         out[split] = (h.reshape(len(h), -1), np.asarray(ys).astype(np.int64))
     return out
 

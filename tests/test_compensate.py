@@ -8,7 +8,7 @@ from pydsz.budget.rule import Budget
 from pydsz.compress import compensation
 from pydsz.compress.compensation import Compensation
 from pydsz.format import codec
-from pydsz.model import runtime
+from pydsz.model import activations, runtime
 from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 
@@ -22,7 +22,7 @@ def calibration():
 
 def _layer_output_error(tflite: bytes, name: str, new: np.ndarray, x) -> float:
     model = TFLiteModel(tflite)
-    h = runtime.capture(tflite, x, model.layer(name).input).reshape(len(x), -1).astype(np.float64)
+    h = activations.capture(tflite, x, model.layer(name).input).reshape(len(x), -1).astype(np.float64)
     return float(np.linalg.norm(h @ (np.asarray(model.weight(name), np.float64) - new).T))
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pydsz.assess.evaluator import Evaluator
-from pydsz.model import cut, runtime
+from pydsz.model import activations, cut, runtime
 from pydsz.model.chain import Chain
 from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
@@ -67,8 +67,8 @@ def test_capture_runs_only_what_the_tensor_needs_and_gives_the_preserved_values(
     model = TFLiteModel(bundled("lenet5.tflite").read_bytes())
     layer = model.layer("fc1")
     x = val300[0][:50]
-    cut_values = runtime.capture(model.data, x, layer.input)
-    preserved = runtime._capture_preserved(model.data, x, layer.input, None, None)
+    cut_values = activations.capture(model.data, x, layer.input)
+    preserved = activations._capture_preserved(model.data, x, layer.input, None, None)
     assert np.array_equal(cut_values, preserved)
 
 

@@ -6,7 +6,7 @@ import pytest
 from test_cli import dsz
 
 from pydsz.errors import InputError
-from pydsz.model import cache, runtime
+from pydsz.model import activations, cache, runtime
 from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 
@@ -64,9 +64,9 @@ def test_capture_is_the_same_mapped_or_not(monkeypatch):
     fc1 = TFLiteModel(model).layer("fc1")
     tensor = TFLiteModel(model).ops[fc1.op_index].inputs[0]
     monkeypatch.delenv(cache.ENV, raising=False)
-    in_memory = runtime.capture(model, x[:700], tensor, batch_size=256)
+    in_memory = activations.capture(model, x[:700], tensor, batch_size=256)
     monkeypatch.setenv(cache.ENV, "0")
-    mapped = runtime.capture(model, x[:700], tensor, batch_size=256)
+    mapped = activations.capture(model, x[:700], tensor, batch_size=256)
     assert isinstance(mapped, np.memmap) and not isinstance(in_memory, np.memmap)
     assert np.array_equal(in_memory, mapped)
 

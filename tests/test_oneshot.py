@@ -12,7 +12,7 @@ from pydsz.budget.rule import Budget
 from pydsz.compress.compensation import SHARED_SAMPLES, Compensation, Compensator
 from pydsz.errors import InputError
 from pydsz.format import codec
-from pydsz.model import runtime
+from pydsz.model import activations, runtime
 from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.tensors import Layer
@@ -54,8 +54,8 @@ def _reference_conv(x, w, stride, dilation, padding):
 def test_im2col_conv_agrees_with_the_interpreter(lenet5, calibration):
     model = TFLiteModel(lenet5)
     layer = model.layer("conv2")
-    x = runtime.capture(lenet5, calibration[:32], layer.input)
-    y = runtime.capture(lenet5, calibration[:32], layer.output)
+    x = activations.capture(lenet5, calibration[:32], layer.input)
+    y = activations.capture(lenet5, calibration[:32], layer.output)
     patches = gptq.im2col(x, *gptq.geometry(model, layer))
     w = gptq.layer_matrix(layer, model.weight(layer))
     ours = patches.reshape(len(patches), -1) @ w.T + model.constant(layer.bias)
@@ -160,7 +160,7 @@ def _output_error(w, w_new, x):
 def test_compensated_pruning_beats_magnitude_pruning(lenet300, calibration):
     model = TFLiteModel(lenet300)
     layer = model.layer("fc2")
-    x = runtime.capture(lenet300, calibration, layer.input).astype(np.float64)
+    x = activations.capture(lenet300, calibration, layer.input).astype(np.float64)
     w = np.asarray(model.weight(layer), np.float64)
     factor = gptq.inverse_factor(gptq.hessian(model, layer, calibration)[0], gptq.DAMP)
     pruned = gptq.sweep(w, factor, sparsity=0.8)
@@ -236,7 +236,7 @@ def test_compensator_keeps_zeros_and_lowers_the_output_error(lenet300, calibrati
     pruned = oneshot.prune_layers(lenet300, calibration, 0.8).tflite
     model = TFLiteModel(pruned)
     w = np.asarray(model.weight("fc1"), np.float64)
-    x = runtime.capture(pruned, calibration, model.layer("fc1").input).reshape(len(calibration), -1)
+    x = activations.capture(pruned, calibration, model.layer("fc1").input).reshape(len(calibration), -1)
     compensated = Compensator(pruned, calibration, ["fc1"]).weights("fc1", 0.02)
     plain = codec.decode_sparse(codec.encode_sparse(w.astype(np.float32), 0.02))
     assert np.array_equal(compensated == 0, w == 0)
@@ -319,7 +319,7 @@ def test_compensation_from_a_disjoint_calibration_set_lowers_the_error_on_held_o
     layer = model.layer(layer_name)
     w = gptq.layer_matrix(layer, model.weight(layer))
     # the layer's input rows on the held-out images: FC inputs, or conv patches through im2col
-    inputs = runtime.capture(pruned, held_out, layer.input).astype(np.float64)
+    inputs = activations.capture(pruned, held_out, layer.input).astype(np.float64)
     x = np.concatenate(list(gptq._patches(model, layer, inputs)))
     bound = 0.1 * float(np.mean(np.abs(w[w != 0])))  # coarse enough for the rounding to matter
     compensated = gptq.layer_matrix(layer, Compensator(pruned, calibration, [layer_name])

@@ -9,7 +9,7 @@ from test_model import build_tflite, f32
 
 from pydsz.errors import DszError, InputError
 from pydsz.format.interpreter import REPACK_LIMIT, RUNTIMES, interpreter_class, make_interpreter
-from pydsz.model import runtime
+from pydsz.model import activations, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.prune import gptq
 
@@ -185,11 +185,11 @@ def test_accuracy_rejects_label_count_mismatch(lenet300, held_out):
 def test_capture_the_input_of_the_first_fc_layer(lenet5, held_out):
     x, _ = held_out
     fc1 = TFLiteModel(lenet5).layer("fc1")
-    h = runtime.capture(lenet5, x[:100], fc1.input, batch_size=32)
+    h = activations.capture(lenet5, x[:100], fc1.input, batch_size=32)
     assert h.shape == (100, 800) and h.dtype == np.float32
     assert (h >= 0).any() and np.isfinite(h).all()
     # the same rows whatever the batch
-    np.testing.assert_allclose(runtime.capture(lenet5, x[:100], fc1.input, batch_size=100), h, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(activations.capture(lenet5, x[:100], fc1.input, batch_size=100), h, rtol=1e-5, atol=1e-6)
 
 
 def test_capture_batches_hold_the_preserved_tensors_within_their_bytes(lenet5, held_out, monkeypatch):
@@ -197,13 +197,13 @@ def test_capture_batches_hold_the_preserved_tensors_within_their_bytes(lenet5, h
     about 85 KB a sample: 200 KB allows 2 samples), and the values are those of a batch of 256, bit for bit."""
     x, _ = held_out
     fc1 = TFLiteModel(lenet5).layer("fc1")
-    whole = runtime.capture(lenet5, x[:50], fc1.input, batch_size=256)
+    whole = activations.capture(lenet5, x[:50], fc1.input, batch_size=256)
     batches = []
-    run = runtime._run_batches
-    monkeypatch.setattr(runtime, "_run_batches", lambda it, x, batch_size, read: batches.append(batch_size) or
+    run = runtime.run_batches
+    monkeypatch.setattr(runtime, "run_batches", lambda it, x, batch_size, read: batches.append(batch_size) or
                         run(it, x, batch_size, read))
     monkeypatch.setattr(runtime, "CAPTURE_BYTES", 200_000)
-    small = runtime.capture(lenet5, x[:50], fc1.input)
+    small = activations.capture(lenet5, x[:50], fc1.input)
     assert batches == [2]
     assert np.array_equal(small.view(np.uint32), whole.view(np.uint32))
 
@@ -216,8 +216,8 @@ def test_outputs_batches_hold_the_tensors_within_their_bytes(lenet5, held_out, m
     keys = [d["key"] for d in TFLiteModel(lenet5).output_details()]
     whole = runtime.outputs(lenet5, x[:50], keys, batch_size=256)
     batches = []
-    run = runtime._run_batches
-    monkeypatch.setattr(runtime, "_run_batches", lambda it, x, batch_size, read: batches.append(batch_size) or
+    run = runtime.run_batches
+    monkeypatch.setattr(runtime, "run_batches", lambda it, x, batch_size, read: batches.append(batch_size) or
                         run(it, x, batch_size, read))
     assert runtime.BATCH_BYTES // 90_000 >= runtime.DEFAULT_BATCH  # small models keep the default
     monkeypatch.setattr(runtime, "BATCH_BYTES", 200_000)
@@ -231,7 +231,7 @@ def test_outputs_batches_hold_the_tensors_within_their_bytes(lenet5, held_out, m
 def test_capture_of_the_output_is_the_prediction(lenet300, held_out):
     x, _ = held_out
     (out,) = TFLiteModel(lenet300).output_details()
-    np.testing.assert_allclose(runtime.capture(lenet300, x[:64], out["index"]), runtime.predict(lenet300, x[:64]),
+    np.testing.assert_allclose(activations.capture(lenet300, x[:64], out["index"]), runtime.predict(lenet300, x[:64]),
                                atol=1e-6)
 
 
@@ -239,13 +239,13 @@ def test_capture_rejects_a_tensor_without_batch_axis(lenet300, held_out):
     x, _ = held_out
     fc1 = TFLiteModel(lenet300).layer("fc1")
     with pytest.raises(InputError, match="no batch axis"):
-        runtime.capture(lenet300, x[:4], fc1.weight)
+        activations.capture(lenet300, x[:4], fc1.weight)
 
 
 def test_capture_rejects_a_bad_tensor_index(lenet300, held_out):
     x, _ = held_out
     with pytest.raises(InputError, match="tensor 9999 out of range"):
-        runtime.capture(lenet300, x[:4], 9999)
+        activations.capture(lenet300, x[:4], 9999)
 
 
 def test_stream_reads_a_tensor_without_a_row_per_sample():
@@ -260,11 +260,11 @@ def test_stream_reads_a_tensor_without_a_row_per_sample():
         inputs=[0], outputs=[6])
     x = f32((10, 3, 4), 3)
     seen = []
-    runtime.stream(data, x, 2, seen.append, batch_size=4)
+    activations.stream(data, x, 2, seen.append, batch_size=4)
     assert [len(s) for s in seen] == [12, 12, 6]  # three frames a sample, batches of 4, 4 and 2 samples
     np.testing.assert_array_equal(np.concatenate(seen), x.reshape(30, 4))
     with pytest.raises(DszError):
-        runtime.capture(data, x, 2)  # capture keeps one row per sample: there is none to keep
+        activations.capture(data, x, 2)  # capture keeps one row per sample: there is none to keep
 
     model = TFLiteModel(data)
     rows = x.reshape(30, 4).astype(np.float64)

@@ -12,7 +12,8 @@ from pydsz.assess.evaluator import Evaluator
 from pydsz.assess.tasks import measure_point
 from pydsz.encode.tensor import encode_weight
 from pydsz.errors import FormatError, InputError
-from pydsz.model import runtime, sparse
+from pydsz.model import sparse
+from pydsz.model.activations import capture
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.tail import Tail
 from pydsz.prune.masks import magnitude_mask
@@ -110,7 +111,7 @@ def activations(lenet300_pruned):
     with np.load(DATA / "fmnist_test.npz") as f:
         x, y = f["x"][:1000], f["y"][:1000]
     tail = Tail.from_model(lenet300_pruned, "fc1")
-    return runtime.capture(lenet300_pruned.data, x, tail.input_tensor), y
+    return capture(lenet300_pruned.data, x, tail.input_tensor), y
 
 
 def test_the_tail_multiplies_the_pruned_layers_sparse(lenet300_pruned):

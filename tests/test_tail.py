@@ -8,7 +8,7 @@ import tflite
 from test_model import build_tflite, f32
 
 from pydsz.errors import InputError
-from pydsz.model import runtime
+from pydsz.model import activations, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.tail import Tail
 
@@ -27,7 +27,7 @@ def captured(model_bytes, x, tensor):
     """runtime.capture, cached: capturing LeNet-5 on the whole test set takes seconds."""
     key = (hash(model_bytes), x.shape, tensor)
     if key not in _captured:
-        _captured[key] = runtime.capture(model_bytes, x, tensor)
+        _captured[key] = activations.capture(model_bytes, x, tensor)
     return _captured[key]
 
 
@@ -68,7 +68,7 @@ def test_plugged_in_weights_match_a_replaced_model(model_name, start, layer, req
     w = np.array(model.weight(layer))
     w[np.abs(w) < np.quantile(np.abs(w), 0.9)] = 0  # pruned, as DeepSZ does
     w += np.random.default_rng(1).uniform(-0.01, 0.01, w.shape).astype(np.float32) * (w != 0)
-    h = runtime.capture(model.data, x, tail.input_tensor)
+    h = activations.capture(model.data, x, tail.input_tensor)
     replaced = runtime.predict(model.replace({layer: w}), x)
     np.testing.assert_allclose(tail.forward(h, weights={layer: w}), replaced, atol=1e-5)
     assert not np.allclose(tail.forward(h), replaced, atol=1e-3)  # the change is visible
@@ -76,17 +76,17 @@ def test_plugged_in_weights_match_a_replaced_model(model_name, start, layer, req
 
 def test_forward_batches_in_chunks(lenet300_model, test_set):
     tail = Tail.from_model(lenet300_model, "fc2")
-    h = runtime.capture(lenet300_model.data, test_set[0][:1000], tail.input_tensor)
+    h = activations.capture(lenet300_model.data, test_set[0][:1000], tail.input_tensor)
     np.testing.assert_allclose(tail.forward(h, chunk=77), tail.forward(h), atol=1e-5)
 
 
 def test_input_of_a_later_layer_feeds_its_own_tail(lenet300_model, test_set):
     full = Tail.from_model(lenet300_model, "fc1")
     later = Tail.from_model(lenet300_model, "fc3")
-    h = runtime.capture(lenet300_model.data, test_set[0][:500], full.input_tensor)
+    h = activations.capture(lenet300_model.data, test_set[0][:500], full.input_tensor)
     h3 = full.input_of(h, "fc3")
     assert h3.shape == (500, 100)
-    np.testing.assert_allclose(h3, runtime.capture(lenet300_model.data, test_set[0][:500], later.input_tensor), atol=1e-5)
+    np.testing.assert_allclose(h3, activations.capture(lenet300_model.data, test_set[0][:500], later.input_tensor), atol=1e-5)
     w = np.zeros((10, 100), np.float32)
     np.testing.assert_allclose(later.forward(h3, weights={"fc3": w}), full.forward(h, weights={"fc3": w}), atol=1e-6)
 
@@ -94,7 +94,7 @@ def test_input_of_a_later_layer_feeds_its_own_tail(lenet300_model, test_set):
 @pytest.mark.parametrize("layer", ["fc1", "fc2", "fc3"])
 def test_forward_from_a_layer_gives_forwards_numbers_exactly(lenet300_model, test_set, layer):
     tail = Tail.from_model(lenet300_model, "fc1")
-    h = runtime.capture(lenet300_model.data, test_set[0][:700], tail.input_tensor)
+    h = activations.capture(lenet300_model.data, test_set[0][:700], tail.input_tensor)
     later = {name: tail.weights[name] * np.float32(0.9) for name in tail.layers[tail.layers.index(layer):]}
     for chunk in (None, 256):
         np.testing.assert_array_equal(tail.forward_from(layer, tail.input_of(h, layer, chunk=chunk), later, chunk=chunk),
@@ -113,7 +113,7 @@ def test_input_of_the_first_layer_is_a_copy_of_h(lenet300_model):
 
 def test_forward_leaves_h_alone(lenet300_model, test_set):
     tail = Tail.from_model(lenet300_model, "fc2")
-    h = runtime.capture(lenet300_model.data, test_set[0][:100], tail.input_tensor)
+    h = activations.capture(lenet300_model.data, test_set[0][:100], tail.input_tensor)
     before = h.copy()
     tail.forward(h)
     np.testing.assert_array_equal(h, before)

@@ -262,7 +262,7 @@ def _flatbuffer(tensors, ops, offsets, sizes) -> bytes:
 
 def build(spec: Spec, progress: bool = True, num_threads: int = 2) -> Path:
     """Build, train and cache one model; returns its path (num_threads: the interpreter's)."""
-    from pydsz.model import runtime
+    from pydsz.model import activations, runtime
     from pydsz.model.data import fashion_mnist, split_validation
     from pydsz.model.graph import TFLiteModel
     from pydsz.model.tail import Tail
@@ -281,7 +281,7 @@ def build(spec: Spec, progress: bool = True, num_threads: int = 2) -> Path:
     model = TFLiteModel(untrained.read_bytes())
     untrained.unlink()
     features = Tail.from_model(model, "fc1", strict=True).input_tensor
-    h = runtime.capture(model.data, x[..., None].astype(np.float32), features, num_threads=num_threads)
+    h = activations.capture(model.data, x[..., None].astype(np.float32), features, num_threads=num_threads)
     del model
     captured = time.time() - start
     layers = retrain(layers, {}, h, y, Retraining(epochs=spec.epochs, batch_size=spec.batch_size, seed=SEED),

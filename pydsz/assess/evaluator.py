@@ -25,7 +25,7 @@ from pydsz.context import Run
 from pydsz.encode.tensor import as_weight, decode, encode
 from pydsz.errors import InputError
 from pydsz.format import codec
-from pydsz.model import cache, cut, runtime
+from pydsz.model import activations, cache, cut, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.sparse import CSR
 
@@ -125,7 +125,7 @@ class Evaluator:
                      key=lambda layer: layer.op_index)
         tails = (Tail.from_model(self.model, layer.name) for layer in fcs) if "tail" in self.paths else ()
         self.tail = next((tail for tail in tails if tail is not None), None)
-        self.h = (runtime.capture(self.bytes, self.x, self.tail.input_tensor, batch_size=self.batch,
+        self.h = (activations.capture(self.bytes, self.x, self.tail.input_tensor, batch_size=self.batch,
                                   num_threads=num_threads) if self.tail else None)
         if self.tail:
             self._tail_output = self.keys[list(self.model.outputs).index(self.tail.output_tensor)]

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from pydsz.model import cut, runtime
+from pydsz.model import activations, cut, runtime
 from pydsz.model.graph import TFLiteModel
 
 
@@ -52,7 +52,7 @@ class Chain:
             begin = 0 if self._at is None else self._at
             segment = self.graph.segment(range(begin, start), have, wanted)
             fed = [self._values[t] for t in segment.inputs]
-            values = runtime.tensors(cut.model_bytes(self.model, segment), fed, batch_size=self.batch_size,
+            values = activations.tensors(cut.model_bytes(self.model, segment), fed, batch_size=self.batch_size,
                                      num_threads=self.num_threads)
             self._values.update(zip(segment.outputs, values))
             self.steps += 1

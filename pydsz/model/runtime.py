@@ -13,7 +13,7 @@ import numpy as np
 from pydsz.errors import DszError, InputError
 from pydsz.format.interpreter import interpreter_class, make_interpreter
 
-__all__ = ["predict", "outputs", "fit_inputs", "accuracy", "capture", "tensors", "probe", "batch_size"]
+__all__ = ["predict", "outputs", "fit_inputs", "accuracy", "probe", "batch_size"]
 
 
 DEFAULT_BATCH = 256
@@ -41,7 +41,7 @@ def _interpreter(model, num_threads):
 _LIBC = None
 
 
-def _trim() -> None:
+def trim() -> None:
     """Hand the heap's free memory back to the system (glibc's malloc_trim). glibc keeps a freed
     interpreter's tensors (a batch's: tens of MiB) and the next interpreter's come on top; the
     candidates' interpreters follow one another, so without this the process grows by one batch's
@@ -131,7 +131,7 @@ def _check_finite(a: np.ndarray, source: str, label: str) -> None:
                          + ": give finite inputs")
 
 
-def _run_batches(interpreter, x, batch_size: int, read) -> list:
+def run_batches(interpreter, x, batch_size: int, read) -> list:
     """Feed x (see fit_inputs) to the inputs in batches; collect read(interpreter), a list of arrays
     with one row per sample of the batch (or none, where read keeps the values itself), for each
     batch in order.
@@ -177,7 +177,7 @@ def _run_batches(interpreter, x, batch_size: int, read) -> list:
     return results
 
 
-def _batch(model, budget: int, x=None) -> int:
+def batch_within(model, budget: int, x=None) -> int:
     """As many samples (up to DEFAULT_BATCH) as keep a batch's non-constant tensors within `budget`
     bytes: their sizes as one sample of x makes them (probe), else as the model declares them (a
     dynamic shape then counts 1 along its free axes: BirdNET's declare 5 MB a sample and take 112).
@@ -255,7 +255,7 @@ def probe(model, x, samples: int = 2) -> Probe:
     except (RuntimeError, ValueError):
         pass
     it = None
-    _trim()
+    trim()
     if not shapes:
         return Probe(_declared_bytes(parsed), None)
     one = shapes[0]
@@ -286,7 +286,7 @@ def _batch_dependence(outs: list) -> float:
 def batch_size(model, x=None) -> int:
     """The batch outputs() runs a model (bytes or TFLiteModel) in: as many samples as keep its
     non-constant tensors within BATCH_BYTES (their sizes on x's first sample, where x is given)."""
-    return _batch(model, BATCH_BYTES, x)
+    return batch_within(model, BATCH_BYTES, x)
 
 
 def outputs(model, x, keys, batch_size: Optional[int] = None, num_threads: Optional[int] = None) -> dict:
@@ -294,15 +294,15 @@ def outputs(model, x, keys, batch_size: Optional[int] = None, num_threads: Optio
     outputs in order (TFLiteModel.output_details()'s "key"). batch_size: by default as many samples
     as keep the batch's tensors within BATCH_BYTES (an interpreter given: DEFAULT_BATCH)."""
     if batch_size is None:
-        batch_size = DEFAULT_BATCH if hasattr(model, "invoke") else _batch(model, BATCH_BYTES, x)
+        batch_size = DEFAULT_BATCH if hasattr(model, "invoke") else batch_within(model, BATCH_BYTES, x)
     interpreter = _interpreter(model, num_threads)
     details = interpreter.get_output_details()
     if len(keys) != len(details):
         raise InputError(f"{len(keys)} output names for a model of {len(details)} outputs")
-    parts = _run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(d["index"]).copy() for d in details])
+    parts = run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(d["index"]).copy() for d in details])
     if interpreter is not model:
         del interpreter
-        _trim()
+        trim()
     return {key: np.concatenate([p[i] for p in parts], axis=0) for i, key in enumerate(keys)}
 
 
@@ -318,7 +318,7 @@ def predict(model, x, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int
     if not 0 <= output < len(outputs):
         raise InputError(f"output {output} out of range: the model has {len(outputs)} output(s)")
     index = outputs[output]["index"]
-    parts = _run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(index).copy()])
+    parts = run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(index).copy()])
     return np.concatenate([p[0] for p in parts], axis=0)
 
 
@@ -344,130 +344,11 @@ def accuracy(model, x, y, batch_size: int = DEFAULT_BATCH, num_threads: Optional
     return top1(predict(model, x, batch_size=batch_size, num_threads=num_threads), y)
 
 
-def tensors(model, x, batch_size: Optional[int] = None, num_threads: Optional[int] = None) -> list:
-    """Every output of the model (bytes) for every sample of x, in the graph's output order, each
-    written batch by batch into one array from pydsz.model.cache (memory-mapped where the user's limit says
-    so): how activations to keep are computed. batch_size: as outputs() chooses it."""
-    from pydsz.model import cache
-
-    if batch_size is None:
-        batch_size = _batch(model, BATCH_BYTES, x)
-    interpreter = make_interpreter(model, num_threads=num_threads)
-    details = interpreter.get_output_details()
-    n = len(fit_inputs(interpreter.get_input_details(), x, finite=False)[0])
-    out: list = []
-    filled = 0
-
-    def read(it):
-        nonlocal filled
-        values = [it.get_tensor(d["index"]) for d in details]
-        rows = it.get_input_details()[0]["shape"][0]
-        if any(v.ndim == 0 or v.shape[0] != rows for v in values):
-            return values  # _run_batches retries one sample at a time, then says what is wrong
-        if not out:
-            out.extend(cache.empty((n, *v.shape[1:]), v.dtype) for v in values)
-        for array, v in zip(out, values):
-            array[filled:filled + rows] = v
-        filled += rows
-        return []
-
-    _run_batches(interpreter, x, batch_size, read)
-    del interpreter
-    _trim()
-    return out
 
 
-def capture(model, x, tensor_index: int, batch_size: Optional[int] = None,
-            num_threads: Optional[int] = None) -> np.ndarray:
-    """The values of tensor `tensor_index` for every sample of x (e.g. the input of the first FC layer).
-
-    model: bytes or TFLiteModel. The model is cut after the op that computes the tensor
-    (pydsz.model.cut), which then is its output: only the ops it needs run, in the interpreter's usual
-    memory. A model that cannot be cut runs whole with all tensors preserved (intermediates are
-    otherwise unreliable), its batches then within CAPTURE_BYTES of preserved tensors. The result is
-    written batch by batch into one array from pydsz.model.cache (memory-mapped where the user's limit
-    says so), never held twice; a sample's values do not depend on the batch it runs in.
-    """
-    from pydsz.model import cut
-    from pydsz.model.graph import TFLiteModel
-
-    if hasattr(model, "invoke"):
-        raise InputError("capture needs the model's bytes, not an interpreter: it must preserve all tensors")
-    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
-    if not 0 <= tensor_index < len(parsed.tensors):
-        raise InputError(f"tensor {tensor_index} out of range: the model has {len(parsed.tensors)} tensors")
-    graph = cut.Graph(parsed)
-    if graph.reason is None and tensor_index in graph.producer and graph.per_sample(tensor_index):
-        sub, fed = _prefix(parsed, graph, x, tensor_index)
-        return tensors(sub, fed, batch_size or _batch(sub, CAPTURE_BYTES, fed), num_threads)[0]
-    return _capture_preserved(parsed.data, x, tensor_index, batch_size, num_threads)
 
 
-def stream(model, x, tensor_index: Optional[int], visit, batch_size: Optional[int] = None,
-           num_threads: Optional[int] = None) -> None:
-    """Call visit(values) with tensor `tensor_index`'s values (None: the model's first output) for
-    each batch of x, in order, whatever their shape: for what needs all of a tensor's rows but not
-    which sample each came from (a Hessian), in one batch's memory. Unlike capture, the tensor need
-    not hold one row per sample (BirdNET's front-end FC reads [frames x batch, 1025] rows).
-    model: bytes or TFLiteModel."""
-    from pydsz.model import cut
-    from pydsz.model.graph import TFLiteModel
-
-    parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
-    if tensor_index is None:
-        tensor_index = parsed.outputs[0]
-    if not 0 <= tensor_index < len(parsed.tensors):
-        raise InputError(f"tensor {tensor_index} out of range: the model has {len(parsed.tensors)} tensors")
-    graph = cut.Graph(parsed)
-    if graph.reason is None and tensor_index in graph.producer:
-        sub, fed = _prefix(parsed, graph, x, tensor_index)
-        interpreter = make_interpreter(sub, num_threads=num_threads)
-        read = interpreter.get_output_details()[0]["index"]
-        batch_size = batch_size or _batch(sub, CAPTURE_BYTES, fed)
-    else:
-        fed = x
-        interpreter = make_interpreter(parsed.data, num_threads=num_threads, preserve_all_tensors=True)
-        read = tensor_index
-        batch_size = batch_size or _batch(parsed.data, CAPTURE_BYTES, x)
-    # a batch whose invoke fails is retried sample by sample (_run_batches); one visited is never re-run
-    _run_batches(interpreter, fed, batch_size, lambda it: visit(it.get_tensor(read)) or [])
-    del interpreter
-    _trim()
 
 
-def _prefix(parsed, graph, x, tensor_index: int) -> tuple:
-    """The model cut after the op that computes the tensor, which is its output, and the model
-    inputs it reads, in its own order."""
-    from pydsz.model import cut
-
-    segment = graph.segment(range(graph.producer[tensor_index] + 1), set(parsed.inputs), [tensor_index])
-    by_tensor = dict(zip(parsed.inputs, fit_inputs(parsed.input_details(), x, finite=False)))
-    return cut.model_bytes(parsed, segment), [by_tensor[t] for t in segment.inputs]
 
 
-def _capture_preserved(model: bytes, x, tensor_index: int, batch_size: Optional[int],
-                       num_threads: Optional[int]) -> np.ndarray:
-    from pydsz.model import cache
-
-    if batch_size is None:
-        batch_size = _batch(model, CAPTURE_BYTES, x)
-    interpreter = make_interpreter(model, num_threads=num_threads, preserve_all_tensors=True)
-    n = len(fit_inputs(interpreter.get_input_details(), x, finite=False)[0])
-    out, filled = None, 0
-
-    def read(it):
-        nonlocal out, filled
-        values = it.get_tensor(tensor_index)
-        rows = it.get_input_details()[0]["shape"][0]
-        if values.ndim == 0 or values.shape[0] != rows:
-            raise InputError(f"tensor {tensor_index} of shape {values.shape} has no batch axis to capture")
-        if out is None:
-            out = cache.empty((n, *values.shape[1:]), values.dtype)
-        out[filled:filled + rows] = values
-        filled += rows
-        return []  # the values are in out, their batch axis checked above
-
-    _run_batches(interpreter, x, batch_size, read)
-    del interpreter
-    _trim()
-    return out

@@ -2,7 +2,7 @@
 
 Assessment and retraining run the part of the network after the convolutional trunk many times
 with different weights. Capturing the tail's input once with the interpreter
-(runtime.capture(model, x, tail.input_tensor)) and running the tail in numpy is far faster
+(activations.capture(model, x, tail.input_tensor)) and running the tail in numpy is far faster
 than invoking the whole model each time, and agrees with the interpreter to float32 rounding.
 
 Supported ops: FULLY_CONNECTED (float32 constant weights, default weight format, fused activation

@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from pydsz.errors import InputError
-from pydsz.model import runtime
+from pydsz.model import activations, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.tensors import Layer
 
@@ -159,7 +159,7 @@ def hessian(model: TFLiteModel, layer: Layer, x: np.ndarray, num_threads: Option
     input streams past (runtime.stream: no sample's input is kept, and the input need not hold one
     row per sample): [groups, cols, cols] (one group but for depthwise)."""
     total = _Sum(model, layer)
-    runtime.stream(model, x, layer.input, total.add, num_threads=num_threads)
+    activations.stream(model, x, layer.input, total.add, num_threads=num_threads)
     return total.result()
 
 
@@ -198,7 +198,7 @@ class Sequential:
                 total.add(np.asarray(values[i:i + step]))
         else:  # the input holds no row per sample (a reshape of frames): computed from what is held
             segment = self.graph.segment([], set(held), [layer.input])
-            runtime.stream(cut.model_bytes(model, segment), [held[t] for t in segment.inputs], None, total.add,
+            activations.stream(cut.model_bytes(model, segment), [held[t] for t in segment.inputs], None, total.add,
                            batch_size=self.chain.batch_size, num_threads=self.num_threads)
         return total.result()
 

@@ -20,7 +20,7 @@ from pydsz.budget import metrics
 from pydsz.budget.rule import Budget, risk
 from pydsz.context import Run
 from pydsz.errors import InputError
-from pydsz.model import runtime
+from pydsz.model import activations, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.tail import Tail
 from pydsz.prune import auto_retrain, auto_sparsity
@@ -93,8 +93,8 @@ def prune_model(
         return PruneResult(data, {l.name: 1 - density(l.weight) for l in layers}, [], already,
                            top1_before, top1_before)
     runtime.accuracy(data, x[:1], y[:1], num_threads=num_threads)  # checks shape and labels up front
-    h = runtime.capture(data, x, tail_input, num_threads=num_threads)
-    h_val = runtime.capture(data, x_val, tail_input, num_threads=num_threads)
+    h = activations.capture(data, x, tail_input, num_threads=num_threads)
+    h_val = activations.capture(data, x_val, tail_input, num_threads=num_threads)
     y, y_val = np.asarray(y), np.asarray(y_val)
     teacher = [replace(l) for l in layers]
     notes: list[str] = []
@@ -238,7 +238,7 @@ def retrain_masked(tflite_bytes: bytes, teacher_bytes: bytes, train: tuple[np.nd
     layers, tail_input = _trainable_tail(model, first)
     teacher = tail_layers(Tail.from_model(TFLiteModel(bytes(teacher_bytes)), first, strict=True))
     num_threads = run.num_threads
-    h = runtime.capture(model.data, x, tail_input, num_threads=num_threads)
+    h = activations.capture(model.data, x, tail_input, num_threads=num_threads)
     layers = retrain(layers, masks_for(layers, {}), h, np.asarray(y), settings,
                      teacher=teacher if settings.distill else None, run=run)
     out, sparsities = _written(model, layers)
