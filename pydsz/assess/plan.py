@@ -138,8 +138,10 @@ def assess(evaluator: Evaluator, names: Sequence[str], allowed: float, progress:
     executor = executor or Local()
     executor.start(evaluator)
     run = _Run(evaluator, names, allowed)
+    # the total is an estimate (each plan says how many evaluations it takes only as they come, and the
+    # allocation's refinement adds some at the end): "~", and it only grows, never jumps back
     bar = tqdm(total=run.estimate(), desc="assess", unit="eval", disable=not progress, leave=False,
-               bar_format="{desc}: {n}/{total} evaluations [{elapsed}, {rate_fmt}{postfix}]")
+               bar_format="{desc}: {n}/~{total} evaluations [{elapsed}, {rate_fmt}{postfix}]")
 
     def task():
         args = run.next()
@@ -152,7 +154,7 @@ def assess(evaluator: Evaluator, names: Sequence[str], allowed: float, progress:
             if on_point:
                 on_point(point)
         if args[1] > 0:  # an evaluation (bound 0 is sized, not evaluated)
-            bar.total = max(run.estimate(), bar.n + 1)
+            bar.total = max(bar.total, run.estimate(), bar.n + 1)
             bar.set_postfix_str(run.left(), refresh=False)
             bar.update()
 
@@ -287,6 +289,8 @@ class _Run:
 
     def left(self) -> str:
         """About how long the rest takes, from the cost estimates scaled by how they compared so far."""
+        if all(plan.done for plan in self.plans.values()):
+            return "checking the allocation"  # its refinement may measure more
         ratio = self.spent / self.predicted if self.predicted > 0 else 1.0
         seconds = 0.0
         for key, plan in self.plans.items():

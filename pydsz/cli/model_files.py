@@ -26,7 +26,9 @@ def _print_info(info: dict) -> None:
                      f"{t.get('density', 1.0):.3f}", bound, t.get("data_bytes", "-"), t.get("index_bytes", "-"),
                      t["original_bytes"], t["compressed_bytes"], f"{t['ratio']:.1f}x"])
     # stored B: the tensor's bytes as the model stores them (2 per float16 value, 1 per int8 one)
-    print(format_table(["tensor", "shape", "dtype", "density", "bound", "data B", "index B", "stored B",
+    # "nonzero": the share of the decoded values that are not zero (dsz compress's "density" is the
+    # weights' as given: a bound rounds small values to zero)
+    print(format_table(["tensor", "shape", "dtype", "nonzero", "bound", "data B", "index B", "stored B",
                         "compressed B", "ratio"], rows))
     total = info["compressed_tensors"]
     ratio = f"{total['ratio']:.1f}x" if total["ratio"] else "-"
@@ -133,7 +135,8 @@ def add_commands(sub) -> None:
     p.set_defaults(func=cmd_decompress)
 
     p = sub.add_parser("info", help="show what a .dsz file holds",
-                       description="Per compressed tensor: shape, density, bound, sizes and ratio.")
+                       description="Per compressed tensor: shape, the share of its decoded values that are not zero, bound, sizes "
+                       "and ratio.")
     p.add_argument("input", help="input .dsz file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
