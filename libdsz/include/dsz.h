@@ -404,6 +404,17 @@ DSZ_API size_t dsz_decompressArrayTyped(void* dst,                 /* output, in
 
 /* ---- sparse sections ---- */
 
+/* Apply an update's difference to a layer: dst[i] = base[i] + the i-th value of a float32 array
+ * frame, in one pass (pydsz's model updates code each layer's difference from the weights a device
+ * holds; doc/format.md). dst may be base itself. Mallocs a decoding table.
+ * Returns info->nElements, or an error code (the dst values are then unspecified). */
+DSZ_API size_t dsz_decodeArrayDelta(float* dst,                /* output, info->nElements values */
+                                    size_t dstCapacity,        /* its capacity in values */
+                                    const float* base,         /* info->nElements values to add to */
+                                    const dsz_frameInfo* info, /* from dsz_getFrameInfo() */
+                                    const void* data,          /* the raw data section */
+                                    size_t dataSize);          /* info->dataRawSize */
+
 /* Rebuild a dense float32 matrix from a sparse frame's raw sections in one pass: index decoding,
  * data decoding, dequantization and scatter fused. dst MUST be zero-filled by the caller
  * (e.g. calloc); only non-zero positions are written. Mallocs decoding tables.

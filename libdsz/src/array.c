@@ -86,30 +86,63 @@ size_t dsz_compressTyped(void* dst, size_t cap, const void* src, unsigned dtype,
     return r;
 }
 
+/* the checks dsz_decompressArrayTyped makes of a frame before reading its section */
+static size_t array_check(const dsz_frameInfo* f, size_t dataSize)
+{
+    uint64_t prod = 1;
+    unsigned i;
+    if (!f || f->kind != DSZ_KIND_ARRAY) return DSZI_ERROR(parameter_unsupported);
+    DSZI_CHECK(dszi_frame_check(f));
+    if (f->nnz != f->nElements || f->ndim > DSZ_MAX_NDIM) return DSZI_ERROR(corruption_detected);
+    for (i = 0; i < f->ndim; i++) {
+        if (f->shape[i] && prod > DSZ_MAX_ELEMENTS / f->shape[i]) return DSZI_ERROR(corruption_detected);
+        prod *= f->shape[i];
+    }
+    if (prod != f->nElements) return DSZI_ERROR(corruption_detected);
+    if (dataSize != f->dataRawSize) return DSZI_ERROR(srcSize_wrong);
+    return 0;
+}
+
 size_t dsz_decompressArrayTyped(void* dst, size_t dstCapacity, const dsz_frameInfo* f, const void* data,
                                 size_t dataSize)
 {
     dszi_dataDec d;
     dszi_quant q;
     size_t r;
-    if (!f || f->kind != DSZ_KIND_ARRAY) return DSZI_ERROR(parameter_unsupported);
-    DSZI_CHECK(dszi_frame_check(f));
-    if (f->nnz != f->nElements || f->ndim > DSZ_MAX_NDIM) return DSZI_ERROR(corruption_detected);
-    {
-        uint64_t prod = 1;
-        unsigned i;
-        for (i = 0; i < f->ndim; i++) {
-            if (f->shape[i] && prod > DSZ_MAX_ELEMENTS / f->shape[i]) return DSZI_ERROR(corruption_detected);
-            prod *= f->shape[i];
-        }
-        if (prod != f->nElements) return DSZI_ERROR(corruption_detected);
-    }
-    if (dataSize != f->dataRawSize) return DSZI_ERROR(srcSize_wrong);
+    DSZI_CHECK(array_check(f, dataSize));
     if (dstCapacity < f->nElements) return DSZI_ERROR(dstSize_tooSmall);
     dszi_quant_init(&q, f->errorBound, f->radius, 0, f->dtype);
     r = dszi_data_open(&d, (const uint8_t*)data, dataSize, (size_t)f->nElements, &q, f->predictor);
     if (dsz_isError(r)) return r;
     r = dszi_data_decodeAllTyped(&d, dst, (size_t)f->nElements);
+    dszi_data_free(&d);
+    return dsz_isError(r) ? r : (size_t)f->nElements;
+}
+
+size_t dsz_decodeArrayDelta(float* dst, size_t dstCapacity, const float* base, const dsz_frameInfo* f,
+                            const void* data, size_t dataSize)
+{
+    dszi_dataDec d;
+    dszi_quant q;
+    float vals[256];
+    size_t r, k, i;
+    DSZI_CHECK(array_check(f, dataSize));
+    if (f->dtype != DSZ_DTYPE_FLOAT32) return DSZI_ERROR(frameParameter_unsupported);
+    if (dstCapacity < f->nElements) return DSZI_ERROR(dstSize_tooSmall);
+    if (f->nElements && (!dst || !base)) return DSZI_ERROR(parameter_unsupported);
+    dszi_quant_init(&q, f->errorBound, f->radius, 0, f->dtype);
+    r = dszi_data_open(&d, (const uint8_t*)data, dataSize, (size_t)f->nElements, &q, f->predictor);
+    if (dsz_isError(r)) return r;
+    /* one pass: each value decoded into a small buffer that stays in cache, added to the base's */
+    for (k = 0; k < (size_t)f->nElements; k += 256) {
+        size_t const m = (size_t)f->nElements - k < 256 ? (size_t)f->nElements - k : 256;
+        if (dszi_data_decode(&d, vals, m)) {
+            dszi_data_free(&d);
+            return DSZI_ERROR(corruption_detected);
+        }
+        for (i = 0; i < m; i++) dst[k + i] = base[k + i] + vals[i];
+    }
+    r = dszi_data_close(&d);
     dszi_data_free(&d);
     return dsz_isError(r) ? r : (size_t)f->nElements;
 }

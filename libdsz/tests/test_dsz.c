@@ -383,6 +383,32 @@ static void sparse_case(size_t rows, size_t cols, double density, unsigned codec
     free(buf);
 }
 
+static void test_array_delta(void)
+{
+    float base[300], delta[300], out[300];
+    unsigned long long shape[1] = {300};
+    uint8_t buf[4096];
+    const dsz_params* const p = params(1e-3, DSZ_PRED_AUTO);
+    dsz_frameInfo f;
+    size_t i, cs, hs;
+    for (i = 0; i < 300; i++) {
+        base[i] = laplace(0.1);
+        delta[i] = (i % 7) ? laplace(0.01) : 0.0f;
+    }
+    cs = dsz_compress(buf, sizeof(buf), delta, shape, 1, p);
+    CHECK(!dsz_isError(cs));
+    hs = dsz_getFrameInfo(&f, buf, cs);
+    CHECK(dsz_decodeArrayDelta(out, 300, base, &f, buf + hs, cs - hs) == 300);
+    for (i = 0; i < 300; i++) CHECK(fabs((double)out[i] - ((double)base[i] + delta[i])) <= 1e-3 + 1e-6);
+    /* in place, the same values */
+    memcpy(delta, base, sizeof(base));
+    CHECK(dsz_decodeArrayDelta(delta, 300, delta, &f, buf + hs, cs - hs) == 300);
+    CHECK(!memcmp(delta, out, sizeof(out)));
+    CHECK(dsz_getErrorCode(dsz_decodeArrayDelta(out, 299, base, &f, buf + hs, cs - hs)) == DSZ_error_dstSize_tooSmall);
+    CHECK(dsz_getErrorCode(dsz_decodeArrayDelta(out, 300, base, &f, buf + hs, cs - hs - 1)) == DSZ_error_srcSize_wrong);
+    CHECK(dsz_getErrorCode(dsz_decodeArrayDelta(out, 300, NULL, &f, buf + hs, cs - hs)) == DSZ_error_parameter_unsupported);
+}
+
 static void test_sparse(void)
 {
     unsigned c;
@@ -745,6 +771,7 @@ int main(void)
     test_params();
     test_header();
     test_huffman_tables();
+    test_array_delta();
     test_sparse();
     test_unaligned();
     test_half();
