@@ -39,7 +39,7 @@ fuzz_python() {
     mkdir -p "$out/corpus_load" "$out/artifacts_load"
     "$python" tests/fuzz_load.py -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$out/artifacts_load/" "$out/corpus_load" \
-        libdsz/fuzz/corpus/dsz libdsz/fuzz/corpus/array libdsz/fuzz/corpus/sparse >"$out/load.log" 2>&1
+        libdsz/fuzz/corpus/dsz libdsz/fuzz/corpus/dszu libdsz/fuzz/corpus/array libdsz/fuzz/corpus/sparse >"$out/load.log" 2>&1
 }
 
 failed=0
@@ -57,7 +57,7 @@ report() {
 }
 
 set +e
-pairs=("header array" "sparse index" "roundtrip load")
+pairs=("header array delta" "sparse index" "roundtrip load")
 for pair in "${pairs[@]}"; do
     pids=()
     for name in $pair; do

@@ -11,6 +11,8 @@ TFLite runtime (pydsz[litert] or pydsz[tflite]).
     pydsz.prune_model(tflite, (x, y), (x_val, y_val), 0.9)            magnitude pruning + retraining
     pydsz.prune_oneshot(tflite, x_calib, (x_val, y_val), 0.5)         SparseGPT from calibration inputs
     pydsz.pack_model(tflite, 0.005)                      compress with bounds given
+    pydsz.diff_model(held, new, x, y, 0.003).update      the update from the model a device holds to a new one
+    pydsz.patch(held, update)                            apply it on the device: the new .tflite bytes
 
 Bad input raises pydsz.InputError, a corrupt file pydsz.FormatError: both are pydsz.DszError.
 """
@@ -35,6 +37,7 @@ from pydsz.format.codec import (
     sparse_info,
 )
 from pydsz.format.container import DszModel, load
+from pydsz.format.update import patch
 
 __version__ = "0.1.0"
 
@@ -45,6 +48,7 @@ _ENCODER = {
     "compress_model": ("pydsz.compress.pipeline", "compress"),
     "prune_model": ("pydsz.prune.retraining", "prune_model"),
     "prune_oneshot": ("pydsz.prune.oneshot", "prune_model"),
+    "diff_model": ("pydsz.compress.diff", "diff"),
     "Budget": ("pydsz.budget.rule", "Budget"),
     "Retraining": ("pydsz.prune.train", "Retraining"),
     "Compensation": ("pydsz.compress.compensation", "Compensation"),
@@ -52,7 +56,7 @@ _ENCODER = {
 
 __all__ = [
     "compress_array", "decompress_array", "encode_sparse", "decode_sparse", "decode_sparse_csr", "sparse_info",
-    "load", "DszModel", "Run", "DszError", "FormatError", "InputError", *_ENCODER,
+    "load", "DszModel", "patch", "Run", "DszError", "FormatError", "InputError", *_ENCODER,
 ]
 
 

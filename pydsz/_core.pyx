@@ -50,6 +50,8 @@ cdef extern from "dsz.h" nogil:
     size_t dsz_writeFrameHeader(void* dst, size_t cap, const dsz_frameInfo* info)
     size_t dsz_decompressArray(float* dst, size_t cap, const dsz_frameInfo* info,
                                const void* data, size_t dataSize)
+    size_t dsz_decodeArrayDelta(float* dst, size_t cap, const float* base, const dsz_frameInfo* info,
+                                const void* data, size_t dataSize)
     size_t dsz_sparseBound(size_t rows, size_t cols, size_t nnz, unsigned radius)
     size_t dsz_encodeSparse(void* dst, size_t cap, const float* w, size_t rows, size_t cols,
                             const dsz_params* params, unsigned indexCodec)
@@ -236,6 +238,21 @@ def decompress_array(dict info, const uint8_t[::1] data, float[::1] out):
     to_info(info, &f)
     with nogil:
         r = dsz_decompressArray(dst, cap, &f, src, size)
+    check(r, "data section")
+
+
+def decode_array_delta(dict info, const uint8_t[::1] data, const float[::1] base, float[::1] out):
+    """out = base + an array frame's values (its raw data section), in one pass."""
+    cdef dsz_frameInfo f
+    cdef size_t r, size = data.shape[0], cap = out.shape[0]
+    cdef const uint8_t* src = &data[0] if size else NULL
+    cdef const float* held = &base[0] if base.shape[0] else NULL
+    cdef float* dst = &out[0] if cap else NULL
+    if base.shape[0] < cap:
+        raise ValueError("decode_array_delta: base holds fewer values than out")
+    to_info(info, &f)
+    with nogil:
+        r = dsz_decodeArrayDelta(dst, cap, held, &f, src, size)
     check(r, "data section")
 
 

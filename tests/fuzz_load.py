@@ -2,10 +2,11 @@
 
 A .dsz model goes through pydsz.load() and everything a loaded model decodes (tflite_bytes,
 weights, info); an array or sparse stream through decompress_array / decode_sparse /
-decode_sparse_csr / sparse_info.
+decode_sparse_csr / sparse_info; a model update (.dszu) through pydsz.patch onto the two bases the
+corpus's updates were made for (pydsz/data/shared.tflite and its .dsz in the corpus).
 Only pydsz.DszError and its subclasses may escape; any other exception, a hang (-timeout) or a
-memory blow-up (-rss_limit_mb) is a finding. Mutations of a .dsz file are also tried with both
-CRC-32s made right again, so that they reach the table and the streams instead of stopping at
+memory blow-up (-rss_limit_mb) is a finding. Mutations of a .dsz or .dszu file are also tried
+with both CRC-32s made right again, so that they reach the table and the streams instead of stopping at
 the checksum.
 
     pip install atheris
@@ -19,20 +20,26 @@ corpus through exercise() without atheris.
 """
 from __future__ import annotations
 
+import functools
+import pathlib
 import struct
 import sys
 import zlib
 
 _CRC = struct.Struct("<I")
-_HEADER_BYTES = 40
+# per magic: the header's size and where in it the table's size is
+_LAYOUT = {b"DSZM": (40, 12), b"DSZU": (104, 84)}
+_CORPUS = pathlib.Path(__file__).resolve().parent.parent / "libdsz" / "fuzz" / "corpus"
 
 
 def with_fixed_crcs(data: bytes) -> bytes | None:
-    """The .dsz bytes with the header CRC and the whole-file CRC recomputed (None if too short)."""
-    if len(data) < _HEADER_BYTES:
+    """The .dsz or .dszu bytes with the header CRC and the whole-file CRC recomputed (None if too
+    short)."""
+    header_bytes, table_at = _LAYOUT[data[:4]]
+    if len(data) < header_bytes:
         return None
-    (table_bytes,) = _CRC.unpack_from(data, 12)
-    head_end = _HEADER_BYTES + table_bytes
+    (table_bytes,) = _CRC.unpack_from(data, table_at)
+    head_end = header_bytes + table_bytes
     if head_end + 2 * _CRC.size > len(data):
         return None
     fixed = bytearray(data)
@@ -48,6 +55,29 @@ def _load(data: bytes) -> None:
     model.tflite_bytes()
     model.weights()
     model.info()
+
+
+@functools.lru_cache(maxsize=None)
+def _bases() -> tuple:
+    """The models the corpus's updates were made for, as a device holds them."""
+    from pydsz.format.update import held_model
+    from pydsz.model.data import data_dir
+
+    return held_model(data_dir() / "shared.tflite"), held_model(_CORPUS / "dsz" / "shared_e0.005.dsz")
+
+
+def _patch(data: bytes) -> None:
+    from pydsz.format.update import Update
+
+    update = Update(data)
+    base = next((b for b in _bases() if len(b) and update.base_sha256 == _sha256(b)), _bases()[0])
+    update.apply(base)
+
+
+def _sha256(data: bytes) -> bytes:
+    import hashlib
+
+    return hashlib.sha256(data).digest()
 
 
 # A valid stream of n rows decodes to n + 1 row pointers of 8 bytes, however few its non-zeros: a
@@ -78,6 +108,8 @@ def exercise(data: bytes) -> None:
         elif magic == b"DSZS":
             pydsz.sparse_info(data)
             pydsz.decode_sparse(data)
+        elif magic == b"DSZU":
+            _patch(data)
         else:
             _load(data)
     except pydsz.DszError:
@@ -87,11 +119,11 @@ def exercise(data: bytes) -> None:
             pydsz.format.codec.decode_sparse_csr(data)
         except pydsz.DszError:
             pass
-    if magic == b"DSZM":
+    if magic in _LAYOUT:
         fixed = with_fixed_crcs(data)
         if fixed is not None and fixed != data:
             try:
-                _load(fixed)
+                _patch(fixed) if magic == b"DSZU" else _load(fixed)
             except pydsz.DszError:
                 pass
 

@@ -64,22 +64,28 @@ import pydsz
 from edge_demo.__main__ import main
 from pydsz.cli import main as dsz
 
-fixture, model, out = sys.argv[1:4]
+fixture, model, out, update, base = sys.argv[1:6]
 m = pydsz.load(model)
 m.weights(), m.info()
-rcs = [main([model]), dsz(["info", model]), dsz(["decompress", model, "-o", out])]
+rcs = [main([model]), dsz(["info", model]), dsz(["decompress", model, "-o", out]),
+       main([update, "--base", base]), dsz(["patch", base, update, "-o", out + ".patched"])]
 print(json.dumps({"rcs": rcs, "fixture_sha256": hashlib.sha256(pydsz.load(fixture).tflite_bytes()).hexdigest(),
+                  "patched_sha256": hashlib.sha256(pydsz.patch(base, update)).hexdigest(),
                   "modules": sorted(sys.modules)}))
 """
 
 
 def test_decoding_imports_no_server_module(lenet_dsz, device_dir):
-    # the library, edge_demo, and the dsz commands a device uses
+    # the library, edge_demo, and the dsz commands a device uses, model updates included
+    edge = device_dir / "edge_demo"
     r = run_python(_DECODE_AND_LIST, FIXTURES / "shared-v1.dsz", lenet_dsz, device_dir / "out.tflite",
-                   cwd=device_dir)
+                   edge / "lenet5-update.dszu", edge / "lenet5.dsz", cwd=device_dir)
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout.splitlines()[-1])
-    assert result["rcs"] == [0, 0, 0]
+    assert result["rcs"] == [0, 0, 0, 0, 0]
+    assert result["patched_sha256"] == (edge / "lenet5-update.sha256").read_text().split()[0]
+    assert (device_dir / "out.tflite.patched").read_bytes() == pydsz.patch(edge / "lenet5.dsz",
+                                                                          edge / "lenet5-update.dszu")
     assert (device_dir / "out.tflite").read_bytes() == pydsz.load(lenet_dsz).tflite_bytes()
     assert result["fixture_sha256"] == (FIXTURES / "shared-v1.tflite.sha256").read_text().split()[0]
     imported = [m for m in result["modules"] if any(m == s or m.startswith(s + ".") for s in SERVER_ONLY)]

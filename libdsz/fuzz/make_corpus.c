@@ -1,8 +1,9 @@
 /* Seed corpus generator: small valid array and sparse frames with raw sections, covering
  * both predictors, outliers (NaN, Inf, a tiny radius), several shapes and the three index
  * codecs; the frames again for the header target; their index sections in fuzz_index's
- * input layout; and round-trip inputs in fuzz_roundtrip's layout.
- * Usage: make_corpus <corpus-dir> (writes its array, sparse, header, index, roundtrip folders) */
+ * input layout; round-trip inputs in fuzz_roundtrip's layout; the float32 array frames again for
+ * the delta target.
+ * Usage: make_corpus <corpus-dir> (writes its array, sparse, header, index, roundtrip, delta folders) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +62,7 @@ static int array_seed(const char* name, const unsigned long long* shape, unsigne
     if (specials && n >= 4) { x[0] = NAN; x[1] = INFINITY; x[2] = -INFINITY; x[3] = 1e30f; }
     r = dsz_compress(buf, cap, x, shape, ndim, p);
     bad = dsz_isError(r) ? (fprintf(stderr, "%s: %s\n", name, dsz_getErrorName(r)), 1)
-                         : save("array", name, buf, r) | save("header", name, buf, r);
+                         : save("array", name, buf, r) | save("header", name, buf, r) | save("delta", name, buf, r);
     free(x);
     free(buf);
     dsz_freeParams(p);

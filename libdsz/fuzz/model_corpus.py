@@ -5,11 +5,15 @@
 Packs the bundled models (pydsz/data) at bound 0.005, the small one also lossless, and two of them
 pruned to 10% of their FC weights (magnitude; gives sparse streams under the index codecs the
 packer picks); and lenet300's float16 and int8 versions pruned the same way (at 0.005 and 1 step).
+Makes model updates of the small one (pydsz.diff_model): its weights moved a little and pruned,
+against the model itself and against its .dsz as decoded.
 Writes:
   corpus/dsz/        the .dsz files (tests/fuzz_load.py, tests/test_fuzz_replay.py)
   corpus/header/     every tensor stream as stored (lossless wrappers included) and unwrapped
   corpus/array/, corpus/sparse/   the streams unwrapped into raw frames, what libdsz reads
   corpus/index/      sparse index sections in fuzz_index's layout, where the matrix fits it
+  corpus/dszu/       the updates (tests/fuzz_load.py applies them to pydsz/data/shared.tflite and
+                     its .dsz), their difference streams in corpus/delta/
 Streams over MAX_FRAME bytes are left out to keep the committed corpus small.
 """
 from __future__ import annotations
@@ -20,7 +24,8 @@ import struct
 import numpy as np
 
 import pydsz
-from pydsz import _core, codec
+from pydsz import _core
+from pydsz.format import wrapping
 from pydsz.model.graph import TFLiteModel
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -50,8 +55,8 @@ def raw_frame(stream: bytes) -> bytes:
     u8 = np.frombuffer(stream, dtype=np.uint8)
     info = _core.frame_info(u8)
     hs, ds = info["header_size"], info["data_stored"]
-    data = codec._inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "data")
-    index = codec._inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "index")
+    data = wrapping.inflate(info["data_lossless"], u8[hs:hs + ds], info["data_raw"], "data")
+    index = wrapping.inflate(info["index_lossless"], u8[hs + ds:], info["index_raw"], "index")
     info.update(data_lossless=0, data_stored=info["data_raw"], index_lossless=0, index_stored=info["index_raw"])
     return _core.write_header(info) + data.tobytes() + index.tobytes()
 
@@ -71,6 +76,29 @@ def write(folder: str, name: str, data: bytes) -> None:
     path = CORPUS / folder / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
+
+
+def updates(tflite: bytes) -> None:
+    """Updates of `tflite` to it moved by 1% of each weight's scale (differences) and pruned to 30%
+    (afresh), from the model and from its .dsz at BOUND; their difference streams as raw frames."""
+    from pydsz.budget.rule import Budget
+    from pydsz.compress.diff import diff
+    from pydsz.format.update import Update
+
+    model = TFLiteModel(tflite)
+    rng = np.random.default_rng(0)
+    first = {l.buffer: l for l in reversed(model.layers(kinds=("fc",))) if l.compressible}  # one per buffer
+    moved = model.replace({l.name: model.weight(l) * (1 + 0.01 * rng.standard_normal(l.shape)).astype(np.float32)
+                           for l in first.values()})
+    x = rng.standard_normal((64, *model.input_details()[0]["shape"][1:])).astype(np.float32)
+    held = pydsz.load(pydsz.pack_model(tflite, BOUND)).tflite_bytes()
+    for name, base in (("shared", tflite), ("shared_e0.005", held)):
+        for change, new in (("moved", moved), ("pruned30", pruned(moved, 0.3))):
+            update = diff(base, new, x, None, Budget("output-error", 0.01), layers="fc").update
+            write("dszu", f"{name}_{change}.dszu", update)
+            for e in Update(update).entries:
+                if e.kind == "delta":
+                    write("delta", f"{name}_{change}_{e.name}", raw_frame(e.stream))
 
 
 def main() -> None:
@@ -106,6 +134,7 @@ def main() -> None:
                 seed = index_input(frame) if kind == "sparse" else None
                 if seed is not None:
                     write("index", f"{name}_{tensor}", seed)
+    updates((DATA / "shared.tflite").read_bytes())
     for folder in sorted(p for p in CORPUS.iterdir() if p.is_dir()):
         files = list(folder.iterdir())
         print(f"{folder.name}: {len(files)} files, {sum(f.stat().st_size for f in files)} bytes")

@@ -38,6 +38,8 @@ CUT_TOLERANCE = 1e-3
 BASELINE_BYTES = 64 << 20
 # the faster paths an Evaluator may take where they apply: the numpy tail, sub-models from cuts
 PATHS = ("tail", "cut")
+# the codec of a candidate coded as its difference from a prediction (Evaluator.encode)
+DELTA = "delta"
 
 
 @dataclass(frozen=True)
@@ -62,11 +64,15 @@ class EvaluatorState:
     run: Run  # its threads and device; never an executor (a cluster's client does not travel)
     compensator: object  # as Evaluator takes it: None or a pydsz.compress.compensation.Compensator
     paths: tuple = PATHS
+    prediction: Optional[dict] = None  # Evaluator.predict_from's
     token: str = field(default_factory=lambda: uuid.uuid4().hex)  # names this state on the workers
 
     def build(self) -> "Evaluator":
-        return Evaluator(self.tflite, self.x, self.y, self.layer_names, self.metric, run=self.run,
-                         compensator=self.compensator, paths=self.paths)
+        evaluator = Evaluator(self.tflite, self.x, self.y, self.layer_names, self.metric, run=self.run,
+                              compensator=self.compensator, paths=self.paths)
+        if self.prediction:
+            evaluator.predict_from(self.prediction)
+        return evaluator
 
 
 class Evaluator:
@@ -140,6 +146,7 @@ class Evaluator:
         self._inputs: dict[str, np.ndarray] = {}  # activations reaching each tail layer, original weights
         self.patterns: dict[str, tuple] = {}  # layer -> (its stored weights, their codec.sparse_index)
         self.compensator = compensator
+        self.prediction: dict = {}  # layer -> the values its candidates are coded as a difference from
         self.device, self.cpu_reason, self._gpu = "cpu", None, None
         if run.device == "gpu":
             self._use_gpu()
@@ -149,7 +156,17 @@ class Evaluator:
     def state(self) -> EvaluatorState:
         """This Evaluator's making, for another process to build the same one."""
         return EvaluatorState(self.bytes, self.x, self.y, self.layer_names, self.metric,
-                              Run(self.num_threads, self.device), self.compensator, self.paths)
+                              Run(self.num_threads, self.device), self.compensator, self.paths, self.prediction or None)
+
+    def predict_from(self, prediction: Mapping[str, np.ndarray]) -> None:
+        """Code the candidates of the layers of `prediction` ({layer: float32 values of its shape}) as
+        their difference from those values, which decoding adds back (a model update: the weights a
+        device already holds, pydsz.compress.diff). Only float32 layers."""
+        for name, values in prediction.items():
+            if self.model.layer(name).stored_dtype != "FLOAT32":
+                raise InputError(f"layer {name}: a difference is coded for float32 weights only")
+            self.prediction[name] = np.asarray(values, np.float32).reshape(self.model.layer(name).shape)
+        self._encoded.clear()
 
     def candidate(self, name: str, bound: float) -> np.ndarray:
         """What layer `name` is encoded from at `bound`: its stored weights, or, with compensation, its
@@ -157,6 +174,18 @@ class Evaluator:
         if self.compensator is not None and bound > 0 and name in self.compensator.layers:
             return self.compensator.weights(name, bound)
         return np.asarray(self.model.stored(name))
+
+    def encode(self, name: str, bound: float, pattern=None) -> tuple[bytes, object, tuple]:
+        """A candidate of layer `name` at `bound` as the file stores it: (stream, its codec: True for
+        the dense one, False for the sparse one, "delta" for a predicted layer's difference, which a
+        device adds to the values it holds in one pass (codec.encode_delta), (stream, data, index
+        bytes)). A predicted layer whose bound float32 cannot keep in a sum goes afresh."""
+        if name in self.prediction and bound > 0:
+            stream = codec.encode_delta(self.model.stored(name), self.prediction[name], bound)
+            if stream is not None:
+                return stream, DELTA, (len(stream), len(stream), 0)
+        w = codec.stored_array(self.candidate(name, bound))
+        return encode(w, bound, self.candidate_pattern(name, pattern))
 
     def candidate_pattern(self, name: str, pattern):
         """The index pattern a candidate of `name` is encoded with: the stored weights' one, but for a
@@ -172,9 +201,8 @@ class Evaluator:
         for name, bound in bounds.items():
             if bound > 0:
                 if (name, bound) not in self._encoded:
-                    w = codec.stored_array(self.candidate(name, bound))
-                    pattern = self.candidate_pattern(name, self.patterns[name][1] if name in self.patterns else None)
-                    self._encoded[name, bound] = *encode(w, bound, pattern)[:2], w.shape
+                    pattern = self.patterns[name][1] if name in self.patterns else None
+                    self._encoded[name, bound] = *self.encode(name, bound, pattern)[:2], self.model.layer(name).shape
                 streams[name] = self._encoded[name, bound]
         return self.decoded(streams)
 
@@ -183,9 +211,15 @@ class Evaluator:
         numpy tail multiplies a layer by its non-zeros, straight into CSR, never as a dense matrix
         (VGG-16's fc1 would be 392 MiB, beside the model); otherwise the decoded array."""
         sparse = self.tail.sparse if self._on_tail(streams) and self._gpu is None else ()
-        return {name: CSR.from_stream(stream) if name in sparse and not dense
-                else as_weight(decode(stream, dense), shape)
-                for name, (stream, dense, shape) in streams.items()}
+        out = {}
+        for name, (stream, dense, shape) in streams.items():
+            if dense is DELTA:  # the values held plus the difference, by the device's own decoder
+                out[name] = as_weight(codec.decode_delta(stream, self.prediction[name]), shape)
+            elif name in sparse and not dense:
+                out[name] = CSR.from_stream(stream)
+            else:
+                out[name] = as_weight(decode(stream, dense), shape)
+        return out
 
     def footprint(self) -> dict:
         """What evaluating holds beside the model's copies (pydsz.compress.footprint): the data, one batch's

@@ -10,7 +10,7 @@ import numpy as np
 from pydsz.assess.evaluator import Evaluator
 from pydsz.assess.ladder import Ladder, Point, scale, top
 from pydsz.encode.pack import lossless_size
-from pydsz.encode.tensor import encode, encode_weight, lossless_parts, matrix
+from pydsz.encode.tensor import encode_weight, lossless_parts, matrix
 from pydsz.format import codec
 
 
@@ -31,9 +31,8 @@ def measure_point(evaluator: Evaluator, name: str, bound: float, part: int = 0, 
         else:
             _, size, _, _ = encode_weight(stored, 0.0, pattern)
         return Point(name, 0.0, size, size, 0, 0.0)
-    w = codec.stored_array(evaluator.candidate(name, bound))
-    stream, dense, (size, data, index) = encode(w, bound, evaluator.candidate_pattern(name, pattern))
-    m = evaluator.measure(evaluator.decoded({name: (stream, dense, w.shape)}))
+    stream, dense, (size, data, index) = evaluator.encode(name, bound, pattern)
+    m = evaluator.measure(evaluator.decoded({name: (stream, dense, evaluator.model.layer(name).shape)}))
     return Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
 
 
@@ -63,9 +62,8 @@ def measure_group(evaluator: Evaluator, names: tuple, level: float) -> tuple:
     streams, sizes = {}, {}
     for name, bound in group_bounds(evaluator, names, level).items():
         _, layer_pattern = stored_pattern(evaluator, name)
-        w = codec.stored_array(evaluator.candidate(name, bound))
-        stream, dense, sizes[name] = encode(w, bound, evaluator.candidate_pattern(name, layer_pattern))
-        streams[name] = (stream, dense, w.shape)
+        stream, dense, sizes[name] = evaluator.encode(name, bound, layer_pattern)
+        streams[name] = (stream, dense, evaluator.model.layer(name).shape)
     m = evaluator.measure(evaluator.decoded(streams))
     return tuple(Point(name, level, *sizes[name], m.loss, m.noise, m.lost, m.gained) for name in names)
 

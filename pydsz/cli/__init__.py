@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from pydsz.cli import benchmark, compression, model_files
+from pydsz.cli import benchmark, compression, model_files, updates
 from pydsz.cli.options import default_threads
 from pydsz.errors import DszError
 
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_files.add_commands(sub)
     compression.add_commands(sub)
     benchmark.add_commands(sub)
+    updates.add_commands(sub)
     return parser
 
 

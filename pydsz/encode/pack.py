@@ -288,6 +288,17 @@ def _serialize(model_bytes: int, rest, entries: list[TensorEntry]) -> bytes:
     return body + CRC.pack(crc(body))
 
 
+def holding(model: bytes, entries: list) -> bytes:
+    """A .dsz that decodes to exactly `model`: the update entries coded afresh (pydsz.format.update;
+    their streams decode to the values in place) keep their streams, everything else goes lossless
+    into the rest. What dsz patch -o NAME.dsz writes: the device keeps a .dsz whose decoded bytes are
+    the patched model's, the base of the next update."""
+    kept = [TensorEntry(name=e.name, buffer_index=0, offset=e.offset, nbytes=e.nbytes, shape=e.shape,
+                        representation=e.kind, error_bound=e.bound, stream=e.stream, dtype=e.dtype)
+            for e in entries if e.kind in ("dense", "sparse")]
+    return _serialize(len(model), _rest(model, [hole for e in kept for hole in e.holes]), kept)
+
+
 def write_model(tflite_path, dsz_path, error_bounds: Bounds, layers: str = "fc") -> DszModel:
     """Compress the .tflite at tflite_path into dsz_path; returns the written model, opened."""
     packed = pack_model(read_file(tflite_path), error_bounds, layers=layers)

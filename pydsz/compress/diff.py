@@ -1,0 +1,212 @@
+"""Model updates: from the model a device holds to a new one of the same graph, each changed layer
+within an error bound chosen under the budget by the assessment `dsz compress` makes.
+
+The update is coded against the base as the device decodes it, not against the weights the base was
+made from, so that errors never accumulate over a chain of updates (a video coder predicts from the
+reconstructed frame the same way). A changed float32 layer whose zeros are zeros of the base too is coded
+as its difference from the base's values (Evaluator.predict_from), which the device adds in one pass
+in C; any other changed layer afresh, as compress would; the smaller of the two where both apply.
+The budget is measured on the model the device will have after patching, against the new one. An
+unchanged layer costs no stream: the rest of the new model goes as a zstd frame against the base.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Optional, Union
+
+import numpy as np
+
+from pydsz.assess import plan
+from pydsz.assess.evaluator import Evaluator
+from pydsz.assess.executor import Local
+from pydsz.budget.rule import Budget
+from pydsz.compress.pipeline import _plan, _tighten, compress
+from pydsz.context import Run
+from pydsz.encode import update as writer
+from pydsz.encode.tensor import encode
+from pydsz.errors import InputError
+from pydsz.format import codec
+from pydsz.format.container import load
+from pydsz.format.update import UpdateEntry, fill
+from pydsz.model import runtime
+from pydsz.model.graph import TFLiteModel
+from pydsz.model.selection import Selection, compressible_layers
+
+# an update above this share of coding its layers afresh is compared with the whole .dsz: fine-tuned
+# models' updates are a few percent of it, an unrelated model's near all of it
+WHOLE_SHARE = 0.3
+
+
+def new_model(dsz: bytes) -> bytes:
+    return load(dsz).tflite_bytes()
+
+
+@dataclass
+class DiffLayer:
+    """One layer of an update: how it went (delta, dense, sparse: a stream; unchanged; lossless: in
+    the rest), its bound and its stream's bytes."""
+
+    name: str
+    kind: str
+    bound: float
+    stream_bytes: int
+    nbytes: int
+
+
+@dataclass
+class DiffResult:
+    """What `diff` made: the update, the model a device has after applying it, what it cost."""
+
+    update: bytes
+    patched: bytes
+    layers: list[DiffLayer]
+    metric: object
+    loss: float  # measured on the patched model against the new one, the metric's unit
+    max_loss: float
+    samples: int
+    new_bytes: int
+    evaluations: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+def same_graph(base: TFLiteModel, new: TFLiteModel) -> None:
+    """InputError unless the two models have the same layers, shapes and stored types: an update
+    codes a new model of the base's graph (another graph goes whole: dsz compress)."""
+    a = [(l.name, tuple(l.shape), l.stored_dtype) for l in base.layers(("fc", "conv"))]
+    b = [(l.name, tuple(l.shape), l.stored_dtype) for l in new.layers(("fc", "conv"))]
+    if a != b or len(base.ops) != len(new.ops):
+        differ = next((f"{x[0]} {x[1]} {x[2].lower()} in the base, {y[0]} {y[1]} {y[2].lower()} in the new one"
+                       for x, y in zip(a, b) if x != y), f"{len(a)} layers and {len(base.ops)} ops in the base, "
+                       f"{len(b)} and {len(new.ops)} in the new one")
+        raise InputError(f"the new model's graph differs from the base's ({differ}): an update codes a new model "
+                         "of the same graph; ship this one whole (dsz compress)")
+
+
+def diff(base: bytes, new: bytes, x, y=None, budget: Union[None, float, Budget] = None, *,
+         layers: Union[str, Selection] = "fc", run: Run = Run()) -> DiffResult:
+    """The update from `base` (the .tflite bytes a device holds: a .tflite, or a .dsz's decoded) to
+    `new`, the loss of the patched model against `new` within `budget` on (x, y) (pipeline.compress's
+    arguments). Where the update would cost a sizeable share of coding every changed layer afresh
+    (an unrelated model of the same graph), the whole .dsz `dsz compress` makes is tried too, and
+    the update carries it instead where that is smaller."""
+    base, new = bytes(base), bytes(new)
+    held, model = TFLiteModel(base), TFLiteModel(new)
+    same_graph(held, model)
+    budget = Budget.of(budget).for_model(model, y is not None)
+    choice = Selection.of(layers)
+    chosen = compressible_layers(model, choice.spec, choice.min_bytes)
+    changed = [l.name for l in chosen if not np.array_equal(model.stored(l), held.stored(l))]
+    start = time.perf_counter()
+    unchanged = [DiffLayer(l.name, "unchanged", 0.0, 0, l.nbytes) for l in chosen if l.name not in changed]
+    if not changed:
+        return DiffResult(writer.write(base, new, new, []), new, unchanged, budget.metric, 0.0, budget.max_loss, 0,
+                          len(new), seconds=time.perf_counter() - start)
+    x = runtime.fit_inputs(model.input_details(), x)
+    evaluator = Evaluator(new, x, y, changed, budget.metric, run=run)
+    evaluator.predict_from({n: held.weight(n) for n in changed if _delta_coded(held, model, n)})
+    n = evaluator.samples
+    warnings = budget.warnings(n) + ([evaluator.batch_note] if evaluator.batch_note else [])
+    made = _update(held, model, evaluator, budget, run)
+    result = DiffResult(made.update, made.patched, [
+        DiffLayer(name, made.kinds.get(name, "lossless"), bound, made.sizes.get(name, 0), model.layer(name).nbytes)
+        for name, bound in made.bounds.items()] + unchanged, budget.metric, made.loss / n, budget.max_loss, n,
+        len(new), made.evaluations, 0.0, warnings)
+    if len(made.update) > WHOLE_SHARE * made.afresh:
+        whole = compress(new, x, y, budget, layers=choice, run=run)
+        update = writer.write_whole(base, whole.dsz, new_model(whole.dsz))
+        if len(update) < len(made.update):
+            result = replace(result, update=update, patched=new_model(whole.dsz), loss=whole.loss,
+                             layers=[replace(l, kind="whole", stream_bytes=0) for l in result.layers],
+                             evaluations=result.evaluations + whole.evaluations, warnings=warnings + whole.warnings)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+@dataclass
+class _Made:
+    """An update as `_update` made it: its bytes, the patched model, each coded layer's bound, kind
+    and stream bytes, the loss measured on the patched model (summed over the samples), what coding
+    each changed layer afresh would have cost."""
+
+    update: bytes
+    patched: bytes
+    bounds: dict
+    kinds: dict
+    sizes: dict
+    loss: float
+    afresh: int
+    evaluations: int
+
+
+def _update(held: TFLiteModel, model: TFLiteModel, evaluator: Evaluator, budget: Budget, run: Run) -> _Made:
+    """The assessment and verification of `dsz compress` on the changed layers, their candidates
+    coded as differences from the held values, the loss measured on the model the device will have."""
+    n, changed = evaluator.samples, evaluator.layer_names
+    allowed, margin = budget.allowed(n), budget.margin
+    executor = run.executor or Local()
+
+    def choose(table: dict) -> Optional[dict]:
+        found = _plan(table, n, allowed, None, margin, budget.metric)
+        return {name: option.bound for name, option in found.choice.items()} if found else None
+
+    assessment = plan.assess(evaluator, changed, allowed, progress=run.progress, executor=executor, choose=choose)
+    table = assessment.table
+    bounds = choose(table) or {name: 0.0 for name in changed}
+    evaluations, slack = assessment.evaluations, 0.0
+    while True:
+        m = evaluator.measure(evaluator.weights_at(bounds))
+        evaluations += 1
+        lossless = not any(bounds.values())
+        if budget.risk(m.loss, m.noise) + slack > allowed and not lossless:
+            bounds, tried = _tighten(executor, table, bounds, allowed - slack, budget.risk(m.loss, m.noise), margin)
+            evaluations += tried
+            continue
+        entries, afresh = _entries(held, model, bounds, evaluator.prediction)
+        patched = _patched(held.data, model.data, entries)
+        measured = evaluator.measure_model(patched).loss
+        evaluations += 1
+        if measured <= allowed or lossless:
+            break
+        slack = max(slack, measured - m.loss)  # the interpreter's loss beyond the assessment's
+    return _Made(writer.write(held.data, model.data, patched, entries), patched, bounds,
+                 {e.name: e.kind for e in entries}, {e.name: len(e.stream) for e in entries}, measured, afresh,
+                 evaluations)
+
+
+def _patched(base: bytes, new: bytes, entries: list[UpdateEntry]) -> bytes:
+    """The bytes a device has after applying the entries: the new model with their decoded values."""
+    out = np.frombuffer(new, np.uint8).copy()
+    fill(out, base, entries)
+    return out.tobytes()
+
+
+def _delta_coded(held: TFLiteModel, model: TFLiteModel, name: str) -> bool:
+    """Whether a changed layer may be coded as its difference from the held values: float32 weights
+    whose zeros (pruned ones) are zeros of the held values too, where a zero difference keeps them
+    exactly (a difference would not bring a new zero back exactly: such a layer goes afresh)."""
+    layer = model.layer(name)
+    new_zero = np.asarray(model.stored(name)) == 0
+    return layer.stored_dtype == "FLOAT32" and not np.any(new_zero & (np.asarray(held.stored(name)) != 0))
+
+
+def _entries(held: TFLiteModel, model: TFLiteModel, bounds: dict, prediction: dict) -> tuple[list, int]:
+    """Each changed layer of a bound > 0 as the update stores it: a predicted layer as its difference
+    from the held values (the candidate the assessment measured), any other afresh; and the bytes of
+    coding them all afresh."""
+    entries, afresh = [], 0
+    for name, bound in bounds.items():
+        if bound <= 0:
+            continue  # lossless: the rest carries the new bytes
+        layer, stored = model.layer(name), codec.stored_array(np.asarray(model.stored(name)))
+        stream, dense, _ = encode(stored, bound, None)
+        afresh += len(stream)
+        kind = "dense" if dense else "sparse"
+        delta = codec.encode_delta(stored, prediction[name], bound) if name in prediction else None
+        if delta is not None:
+            stream, kind = delta, "delta"
+        entries.append(UpdateEntry(name, layer.offset, held.layer(name).offset, layer.nbytes, kind,
+                                   stored.dtype.name, tuple(stored.shape), bound, stream))
+    return entries, afresh
