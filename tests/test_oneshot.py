@@ -467,3 +467,36 @@ def test_sequential_hessians_are_those_of_the_model_changed_so_far(lenet5, calib
         np.testing.assert_allclose(h, gptq.hessian(model, layer, calibration[:64]), rtol=1e-5, atol=1e-7)
         model = TFLiteModel(model.replace({layer.name: model.weight(layer) * magnitude_mask(model.weight(layer), 0.5)}))
     assert inputs.chain.steps == len(layers)
+
+
+def test_a_conv_hessian_made_in_pieces_of_one_sample_equals_it_whole(lenet5, monkeypatch):
+    # a sample whose patches are more than PATCH_VALUES is cut by rows (basic-pitch's conv28: 162 MiB
+    # of patches a sample took 800 MiB whole in float64): the same H, but for the summation order
+    model = TFLiteModel(lenet5)
+    layer = model.layer("conv2")
+    inputs = np.random.default_rng(0).standard_normal((3, 12, 12, 20)).astype(np.float32)
+    whole = gptq._Sum(model, layer)
+    whole.add(inputs)
+    monkeypatch.setattr(gptq, "PATCH_VALUES", 1000)  # 2 rows of 500 values a piece
+    pieces = list(gptq._patches(model, layer, inputs))
+    assert len(pieces) == 3 * 64 // 2 and all(p.dtype == np.float64 and p.size <= 1000 for p in pieces)
+    cut = gptq._Sum(model, layer)
+    cut.add(inputs)
+    assert cut.rows == whole.rows == 3 * 64
+    np.testing.assert_allclose(cut.result(), whole.result(), rtol=1e-12, atol=1e-12)
+
+
+def test_the_memory_bound_counts_the_kernels_temporaries_and_the_compensation(lenet5):
+    from pydsz.assess.evaluator import Evaluator
+
+    x, _ = load_npz(bundled("fmnist_val.npz"))
+    probe = runtime.probe(lenet5, x[:2])
+    assert probe.temporary > 0 and probe.working_bytes == probe.sample_bytes + probe.temporary
+    plain = Evaluator(lenet5, x[:64], None, ["conv2"], "output-error").footprint()
+    assert plain["batch_bytes"] >= 2 * probe.working_bytes and "calibration data" not in plain
+    compensator = Compensator(lenet5, x[1000:1100].astype(np.float32), ["conv2", "fc1"])
+    parts = Evaluator(lenet5, x[:64], None, ["conv2", "fc1"], "output-error", compensator=compensator).footprint()
+    assert parts["calibration data"] == x[1000:1100].astype(np.float32).nbytes
+    # fc1's factor: its 800 x 800 inputs in float64; conv2's 500 x 500
+    assert parts["compensation factors"] == 8 * (800 * 800 + 500 * 500)
+    assert parts["a Hessian at work"] == 3 * 8 * 800 * 800 + 3 * 8 * gptq.PATCH_VALUES

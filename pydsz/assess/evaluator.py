@@ -223,10 +223,12 @@ class Evaluator:
 
     def footprint(self) -> dict:
         """What evaluating holds beside the model's copies (pydsz.compress.footprint): the data, one batch's
-        tensors, the outputs."""
-        # the probe that sized the batch ran two samples with every tensor kept
-        return {"data": sum(a.nbytes for a in self.x), "batch_bytes": max(self.batch, 2) * self.probe.sample_bytes,
-                "outputs": sum(np.asarray(v).nbytes for v in self.outputs.values())}
+        tensors with the kernels' largest temporary, the outputs."""
+        # the probe ran two samples; the interpreter works in its tensors and its kernels' temporaries
+        parts = {"data": sum(a.nbytes for a in self.x),
+                 "batch_bytes": max(self.batch, 2) * max(self.probe.working_bytes, self.probe.sample_bytes),
+                 "outputs": sum(np.asarray(v).nbytes for v in self.outputs.values())}
+        return {**parts, **(self.compensator.footprint() if self.compensator is not None else {})}
 
     @property
     def samples(self) -> int:

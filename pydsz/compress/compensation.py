@@ -21,9 +21,11 @@ from pydsz.model.graph import TFLiteModel
 from pydsz.prune.gptq import (
     DAMP,
     MAX_HESSIAN_BYTES,
+    PATCH_VALUES,
     Sequential,
     check_memory,
     grid,
+    hessian_bytes,
     inverse_factor,
     layer_matrix,
     rank_deficient,
@@ -79,6 +81,16 @@ class Compensator:
         # per layer, for each of its groups: the order its columns are swept in, and the factor for it
         self._sweeps: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
         self._hessians: Optional[Sequential] = None  # made on first use: the cuts' activations it carries
+
+    def footprint(self) -> dict:
+        """What compensating holds at most (pydsz.compress.footprint): the calibration inputs, the
+        factors kept for every layer, and one Hessian being made (H, its inverse and factor, and a
+        piece of the layer's input patches in float32 and float64 with its product)."""
+        layers = list(self.layers.values())
+        inputs = self.x if isinstance(self.x, (list, tuple)) else [self.x]
+        return {"calibration data": sum(np.asarray(a).nbytes for a in inputs),
+                "compensation factors": sum(hessian_bytes(l) // 3 for l in layers),
+                "a Hessian at work": max(map(hessian_bytes, layers), default=0) + 3 * 8 * PATCH_VALUES}
 
     def __getstate__(self) -> dict:
         # another process (a Dask worker) computes the factors it needs: they are layer-sized squared,

@@ -7,8 +7,9 @@ candidate, the decoded .dsz, and the weights the interpreter's XNNPACK delegate 
 its own), the interpreter's tensors for one batch (their real sizes on one sample: runtime.probe,
 not the shapes the model declares, which for dynamic shapes count one along the free axes), the
 model's outputs a comparison holds, the cached activations (pydsz.model.cache), and for one-shot pruning
-the Hessians and a batch of the layer inputs streamed into them (float32 and the float64 copy they
-are summed in).
+and compensation the Hessians and a piece of the layer inputs streamed into them (float32 and the
+float64 copy they are summed in), with compensation also its calibration inputs and the factors it
+keeps per layer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from typing import Optional
 import numpy as np
 
 MIB = 1 << 20
+# the codec's working memory is measured on a section of CODEC_SAMPLE bytes; a section of 1 MiB, the
+# largest that tries every coder, takes up to CODEC_GROWTH more (lzma -9's match finder: 27 MiB measured)
+CODEC_SAMPLE = 1 << 16
+CODEC_GROWTH = 32 * MIB
 
 
 def process() -> dict:
@@ -26,7 +31,9 @@ def process() -> dict:
     command imports with the interpreter's kernels (they load with the first interpreter: one of a
     two-op model built here), and apart from it the codec's working memory, which comes on
     top of whatever else is held while a stream is encoded (lzma -9 and zstd -22 try every index
-    section of up to 1 MiB: about 70 MiB for a moment). Zeros where memory cannot be read."""
+    section of up to 1 MiB: 64 MiB for a 4 KiB section, 66 for 64 KiB, 94 for 1 MiB; measured here on
+    64 KiB, a fifth of a second, with CODEC_GROWTH for the larger sections). Zeros where memory cannot be
+    read."""
     from pydsz.compress import pipeline  # noqa: F401  (what compress imports)
     from pydsz.format import wrapping
     from pydsz.format.interpreter import make_interpreter
@@ -38,8 +45,9 @@ def process() -> dict:
     runtime.probe(model, x)  # the builtin kernels too
     np.dot(np.ones((64, 64), np.float32), np.ones((64, 64), np.float32))  # BLAS's buffers, per thread
     held = resident() or 0
-    wrapping.wrap(model[:4096], wrapping.gap8_wrappers(4096))  # every lossless coder an index section may take
-    return {"the process": held, "the codec at work": max(0, (peak() or 0) - held)}
+    section = np.resize(np.frombuffer(model, np.uint8), CODEC_SAMPLE).tobytes()
+    wrapping.wrap(section, wrapping.gap8_wrappers(len(section)))  # every lossless coder an index section may take
+    return {"the process": held, "the codec at work": max(0, (peak() or 0) - held) + CODEC_GROWTH}
 
 
 def cuda() -> dict:
@@ -80,11 +88,12 @@ def line(parts: dict) -> str:
     return f"unknown (meant to stay {bound})" if measured is None else f"{measured / MIB:.0f} MiB (meant to stay {bound})"
 
 
-def interpreter_path(process: dict, data: int, model: int, batch_bytes: int, outputs: int, cached: int) -> dict:
+def interpreter_path(process: dict, data: int, model: int, batch_bytes: int, outputs: int, cached: int,
+                     **more: int) -> dict:
     """The parts of a command that runs candidates through the interpreter (see the module's docstring);
-    process: process()'s parts."""
+    process: process()'s parts; `more`: further parts by name (the compensation's)."""
     return {**process, "data": data, "4 x the model": 4 * model, "one batch's tensors": batch_bytes,
-            "outputs": 3 * outputs, "cached activations": cached}
+            "outputs": 3 * outputs, "cached activations": cached, **more}
 
 
 def _smallest_model() -> bytes:

@@ -90,20 +90,28 @@ def im2col(x: np.ndarray, kh: int, kw: int, stride_h: int = 1, stride_w: int = 1
 
 
 def _patches(model: TFLiteModel, layer: Layer, inputs: np.ndarray):
-    """The rows each output of the layer is a dot product with, in pieces of at most PATCH_VALUES:
-    [rows, cols] for FC and conv, [channels, rows, KH*KW] for depthwise."""
+    """The rows each output of the layer is a dot product with, in float64 pieces of at most
+    PATCH_VALUES: [rows, cols] for FC and conv, [channels, rows, KH*KW] for depthwise. A conv's
+    patches are built a few samples at a time in the inputs' dtype, and one sample's cut by rows
+    where they are more than that (basic-pitch's conv28: 162 MiB of float32 patches a sample, which
+    whole in float64, with their product, took 800 MiB)."""
     if layer.kind == "fc":
         flat = inputs.reshape(-1, layer.shape[1])
         step = max(1, PATCH_VALUES // flat.shape[1])
         for i in range(0, len(flat), step):
-            yield flat[i:i + step]
+            yield flat[i:i + step].astype(np.float64)
         return
-    shape = geometry(model, layer)
-    per_sample = int(np.prod(im2col(inputs[:1], *shape).shape))
+    kh, kw, stride_h, stride_w, dilation_h, dilation_w, padding = shape = geometry(model, layer)
+    oh, _ = _out_size(inputs.shape[1], kh, stride_h, dilation_h, padding)
+    ow, _ = _out_size(inputs.shape[2], kw, stride_w, dilation_w, padding)
+    per_sample = oh * ow * kh * kw * inputs.shape[3]
     step = max(1, PATCH_VALUES // per_sample)
     for i in range(0, len(inputs), step):
         p = im2col(inputs[i:i + step], *shape)
-        yield p.transpose(2, 0, 1) if _is_depthwise(layer) else p.reshape(len(p), -1)
+        rows = max(1, PATCH_VALUES // max(1, p[:1].size))
+        for j in range(0, len(p), rows):
+            q = p[j:j + rows].astype(np.float64)
+            yield q.transpose(2, 0, 1) if _is_depthwise(layer) else q.reshape(len(q), -1)
 
 
 # ---- the Hessian ----
@@ -142,7 +150,7 @@ class _Sum:
         self.h, self.rows = None, 0
 
     def add(self, inputs: np.ndarray) -> None:
-        for p in _patches(self.model, self.layer, inputs.astype(np.float64)):
+        for p in _patches(self.model, self.layer, inputs):
             if p.ndim == 2:
                 p = p[None]
             part = np.matmul(p.transpose(0, 2, 1), p)
