@@ -269,3 +269,23 @@ def test_a_rest_asking_for_a_huge_window_is_refused_not_allocated(lenet300):
     bad = body + struct.pack("<I", zlib.crc32(body))
     with pytest.raises(FormatError, match="rest does not decompress"):
         patch(lenet300, bad)
+
+
+def test_a_layer_moved_farther_than_its_scale_goes_afresh_as_assessed(lenet300_model, lenet300):
+    # held values far from the new ones (the layer retrained to a tenth of its scale): its values
+    # afresh are smaller than the difference, and the update stores the candidate the assessment measured
+    from pydsz.assess.evaluator import Evaluator
+    from pydsz.encode.tensor import DELTA, encode_update
+
+    rng = np.random.default_rng(5)
+    w = lenet300_model.weight("fc2")
+    small = (0.1 * w + 0.001 * rng.standard_normal(w.shape)).astype(np.float32)
+    stream, kind, _ = encode_update(small, w, 0.002)
+    assert kind is not DELTA and stream == encode_update(small, None, 0.002)[0]
+    stream, kind, _ = encode_update(w + np.float32(1e-3), w, 0.002)
+    assert kind is DELTA
+    new = lenet300_model.replace({"fc2": small})
+    evaluator = Evaluator(new, np.zeros((4, 28, 28), np.uint8), None, ["fc2"], "output-error")
+    evaluator.predict_from({"fc2": w})
+    entries, _ = _entries(TFLiteModel(lenet300), TFLiteModel(new), {"fc2": 0.002}, {"fc2": w})
+    assert entries[0].kind in ("dense", "sparse") and entries[0].stream == evaluator.encode("fc2", 0.002)[0]

@@ -22,7 +22,7 @@ import numpy as np
 
 from pydsz.budget import metrics
 from pydsz.context import Run
-from pydsz.encode.tensor import as_weight, decode, encode
+from pydsz.encode.tensor import DELTA, as_weight, decode, encode, encode_update
 from pydsz.errors import InputError
 from pydsz.format import codec
 from pydsz.model import activations, cache, cut, runtime
@@ -38,8 +38,7 @@ CUT_TOLERANCE = 1e-3
 BASELINE_BYTES = 64 << 20
 # the faster paths an Evaluator may take where they apply: the numpy tail, sub-models from cuts
 PATHS = ("tail", "cut")
-# the codec of a candidate coded as its difference from a prediction (Evaluator.encode)
-DELTA = "delta"
+
 
 
 @dataclass(frozen=True)
@@ -177,13 +176,12 @@ class Evaluator:
 
     def encode(self, name: str, bound: float, pattern=None) -> tuple[bytes, object, tuple]:
         """A candidate of layer `name` at `bound` as the file stores it: (stream, its codec: True for
-        the dense one, False for the sparse one, "delta" for a predicted layer's difference, which a
-        device adds to the values it holds in one pass (codec.encode_delta), (stream, data, index
-        bytes)). A predicted layer whose bound float32 cannot keep in a sum goes afresh."""
+        the dense one, False for the sparse one, DELTA for a predicted layer's difference, which a
+        device adds to the values it holds in one pass; (stream, data, index bytes)). A predicted
+        layer's candidate is the smaller of its difference and its values afresh (encode_update)."""
         if name in self.prediction and bound > 0:
-            stream = codec.encode_delta(self.model.stored(name), self.prediction[name], bound)
-            if stream is not None:
-                return stream, DELTA, (len(stream), len(stream), 0)
+            return encode_update(self.model.stored(name), self.prediction[name], bound,
+                                 self.candidate_pattern(name, pattern))
         w = codec.stored_array(self.candidate(name, bound))
         return encode(w, bound, self.candidate_pattern(name, pattern))
 

@@ -25,7 +25,7 @@ from pydsz.budget.rule import Budget
 from pydsz.compress.pipeline import _plan, _tighten, compress
 from pydsz.context import Run
 from pydsz.encode import update as writer
-from pydsz.encode.tensor import encode
+from pydsz.encode.tensor import DELTA, encode, encode_update
 from pydsz.errors import InputError
 from pydsz.format import codec
 from pydsz.format.container import load
@@ -193,20 +193,17 @@ def _delta_coded(held: TFLiteModel, model: TFLiteModel, name: str) -> bool:
 
 
 def _entries(held: TFLiteModel, model: TFLiteModel, bounds: dict, prediction: dict) -> tuple[list, int]:
-    """Each changed layer of a bound > 0 as the update stores it: a predicted layer as its difference
-    from the held values (the candidate the assessment measured), any other afresh; and the bytes of
-    coding them all afresh."""
+    """Each changed layer of a bound > 0 as the update stores it, the candidate the assessment
+    measured: a predicted layer's difference from the held values or its values afresh, whichever is
+    smaller (encode_update), any other afresh; and the bytes of coding them all afresh."""
     entries, afresh = [], 0
     for name, bound in bounds.items():
         if bound <= 0:
             continue  # lossless: the rest carries the new bytes
         layer, stored = model.layer(name), codec.stored_array(np.asarray(model.stored(name)))
-        stream, dense, _ = encode(stored, bound, None)
-        afresh += len(stream)
-        kind = "dense" if dense else "sparse"
-        delta = codec.encode_delta(stored, prediction[name], bound) if name in prediction else None
-        if delta is not None:
-            stream, kind = delta, "delta"
+        afresh += len(encode(stored, bound, None)[0])
+        stream, dense, _ = encode_update(stored, prediction.get(name), bound)
+        kind = "delta" if dense is DELTA else "dense" if dense else "sparse"
         entries.append(UpdateEntry(name, layer.offset, held.layer(name).offset, layer.nbytes, kind,
                                    stored.dtype.name, tuple(stored.shape), bound, stream))
     return entries, afresh

@@ -53,6 +53,23 @@ def encode(w: np.ndarray, bound: float, pattern: Optional[codec.SparseIndex]) ->
     return stream, False, (len(stream), int(info["data_bytes"]), int(info["index_bytes"]))
 
 
+# the codec of a stream coded as its difference from values a device holds (a model update)
+DELTA = "delta"
+
+
+def encode_update(w: np.ndarray, held: Optional[np.ndarray], bound: float,
+                  pattern: Optional[codec.SparseIndex] = None) -> tuple[bytes, object, tuple]:
+    """A changed layer of a model update at `bound`: its difference from the `held` float32 values
+    (codec.encode_delta; codec DELTA) where that is smaller than its values afresh (encode's), which
+    it is unless the layer moved about as far as its own scale or the held values are far from it.
+    held None: afresh."""
+    stream, dense, sizes = encode(codec.stored_array(w), bound, pattern)
+    delta = codec.encode_delta(w, held, bound) if held is not None else None
+    if delta is not None and len(delta) < len(stream):
+        return delta, DELTA, (len(delta), len(delta), 0)
+    return stream, dense, sizes
+
+
 def decode(stream: bytes, dense: bool) -> np.ndarray:
     return codec.decompress_array(stream) if dense else codec.decode_sparse(stream)
 
