@@ -142,3 +142,23 @@ def while_model(n: int = 32, steps: int = 3) -> bytes:
             "ops": [("ADD", [0, 2], [3]), ("FULLY_CONNECTED", [1, 4, -1], [5]), ("TANH", [5], [6])],
             "inputs": [0, 1], "outputs": [3, 6]}
     return build([main, cond, body])
+
+
+def long_conv_model(length: int = 20000, channels: int = 16) -> bytes:
+    """A 1-D convolutional model of a long input, as audio models are (basic-pitch: 43,844 samples):
+    x [N, length, 1, 1] -> CONV 9x1 to `channels` (ReLU) -> CONV 9x1 to `channels` (ReLU) -> CONV 1x1
+    to 1; the second conv's im2col temporary is 9 x channels values per input sample."""
+    conv = {"Padding": tflite.Padding.SAME, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": 1}
+    c = channels
+    tensors = [{"shape": [1, length, 1, 1], "signature": [-1, length, 1, 1]},
+               {"shape": [c, 9, 1, 1], "data": _w((c, 9, 1, 1), 4).tobytes()},
+               {"shape": [c], "data": np.zeros(c, "<f4").tobytes()}, {"shape": [1, length, 1, c]},
+               {"shape": [c, 9, 1, c], "data": (_w((c, 9, 1, c), 5) / 3).tobytes()},
+               {"shape": [c], "data": np.zeros(c, "<f4").tobytes() + b""}, {"shape": [1, length, 1, c]},
+               {"shape": [1, 1, 1, c], "data": _w((1, 1, 1, c), 6).tobytes()},
+               {"shape": [1], "data": np.zeros(1, "<f4").tobytes()}, {"shape": [1, length, 1, 1]}]
+    for t in (3, 6, 9):
+        tensors[t]["signature"] = [-1, *tensors[t]["shape"][1:]]
+    ops = [("CONV_2D", [0, 1, 2], [3], "Conv2DOptions", conv), ("CONV_2D", [3, 4, 5], [6], "Conv2DOptions", conv),
+           ("CONV_2D", [6, 7, 8], [9], "Conv2DOptions", {**conv, "FusedActivationFunction": 0})]
+    return build([{"tensors": tensors, "ops": ops, "inputs": [0], "outputs": [9]}])
