@@ -1,7 +1,7 @@
 """The memory bound dsz compress prints holds the peak it measures (issue 41), on models of the kinds
 that broke it: a long input whose convolutions' temporaries dwarf its tensors (as basic-pitch's did:
 1,417 MiB against 594 printed), the same with the compensation's Hessians, and buffers that several
-layers share."""
+layers share; and --max-memory, which lowers the batch to stay within it or refuses before the work."""
 
 import re
 import subprocess
@@ -56,3 +56,36 @@ def test_the_bound_holds_on_shared_buffers(tmp_path):
     peak, bound, parts = peak_and_bound(bundled("shared.tflite"), "--data", tmp_path / "val.npz", "--metric",
                                         "output-error", "--max-loss", "0.01", "-o", tmp_path / "s.dsz")
     assert peak <= bound, parts
+
+
+def _part(parts: str, name: str) -> float:
+    return float(re.search(rf"{name} (\d+)", parts).group(1))
+
+
+def test_max_memory_lowers_the_batch_to_stay_within_it(long_input):
+    common = [long_input / "m.tflite", "--data", long_input / "data.npz", "--metric", "output-error", "--max-loss",
+              "0.01", "--layers", "all"]
+    _, bound, parts = peak_and_bound(*common, "-o", long_input / "free.dsz")
+    batch = _part(parts, "one batch's tensors")
+    limit = int(bound - batch / 2)  # half the batch's memory less than it took unconstrained
+    r = subprocess.run([sys.executable, "-m", "pydsz.cli", "compress", *map(str, common), "-o",
+                        str(long_input / "fit.dsz"), "--no-progress", "--max-memory", f"{limit}M"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"warning: --max-memory: batch \d+ -> \d+", r.stdout), r.stdout
+    fitted = re.search(r"meant to stay within (\d+) MiB: (.*)\)", r.stdout)
+    assert float(fitted.group(1)) <= limit and _part(fitted.group(2), "one batch's tensors") < batch, r.stdout
+    assert (long_input / "fit.dsz").stat().st_size > 0
+
+
+def test_max_memory_too_small_is_refused_before_the_work(long_input):
+    _, _, parts = peak_and_bound(long_input / "m.tflite", "--data", long_input / "data.npz", "--metric",
+                                 "output-error", "--max-loss", "0.01", "--layers", "all", "-o", long_input / "p.dsz")
+    process = _part(parts, "the process") + _part(parts, "the codec at work")
+    for limit, said in ((process / 2, "the process alone holds"), (process + 8, "needs at least")):
+        out = long_input / "never.dsz"
+        r = subprocess.run([sys.executable, "-m", "pydsz.cli", "compress", str(long_input / "m.tflite"), "--data",
+                            str(long_input / "data.npz"), "--metric", "output-error", "--layers", "all", "-o", str(out),
+                            "--max-memory", f"{int(limit)}M"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 1 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert not out.exists()

@@ -29,6 +29,8 @@ from pydsz.model import activations, cache, cut, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.sparse import CSR
 
+MIB = 1 << 20
+
 # A cut's baseline may differ from the whole model's outputs by float rounding only (kernels fused
 # differently): beyond this relative L2 difference the cut is not trusted and the whole model runs.
 CUT_TOLERANCE = 1e-3
@@ -105,6 +107,7 @@ class Evaluator:
             raise InputError(f"unknown evaluation path(s) {sorted(unknown)}: choose from {', '.join(PATHS)}")
         self.layer_names, self.paths = tuple(layer_names), tuple(paths)
         num_threads = self.num_threads = run.num_threads
+        self.max_memory = run.max_memory
         # by position from here on: the interpreter knows the inputs by tensor name only
         self.x = runtime.fit_inputs(self.model.input_details(), x)
         self.y = None if y is None else np.asarray(y)
@@ -118,6 +121,13 @@ class Evaluator:
             self.batch_note = (f"the model's outputs depend on the batch (a sample's are {self.probe.batch_dependence:.2%} "
                                "apart in a batch of two and alone): every sample runs alone, as a user running it one "
                                "sample at a time gets it")
+        fcs = sorted((self.model.layer(n) for n in layer_names if self.model.layer(n).kind == "fc"),
+                     key=lambda layer: layer.op_index)
+        tails = (Tail.from_model(self.model, layer.name) for layer in fcs) if "tail" in self.paths else ()
+        self.tail = next((tail for tail in tails if tail is not None), None)
+        self.memory_note = None  # how the batch and the caches were fitted within run.max_memory, where they were
+        if run.max_memory is not None:
+            self.memory_note = self._within(run.max_memory, compensator)
         start = time.perf_counter()
         self.outputs = runtime.outputs(self.bytes, self.x, self.keys, batch_size=self.batch,
                                        num_threads=num_threads)  # the original's, once
@@ -126,10 +136,6 @@ class Evaluator:
 
         check_outputs(self.outputs)
         self.metric.check(self.outputs, self.y)
-        fcs = sorted((self.model.layer(n) for n in layer_names if self.model.layer(n).kind == "fc"),
-                     key=lambda layer: layer.op_index)
-        tails = (Tail.from_model(self.model, layer.name) for layer in fcs) if "tail" in self.paths else ()
-        self.tail = next((tail for tail in tails if tail is not None), None)
         self.h = (activations.capture(self.bytes, self.x, self.tail.input_tensor, batch_size=self.batch,
                                   num_threads=num_threads) if self.tail else None)
         if self.tail:
@@ -152,10 +158,45 @@ class Evaluator:
         elif run.device != "cpu":
             raise InputError(f"device must be cpu or gpu here, not {run.device!r}")
 
+    @property
+    def notes(self) -> list[str]:
+        """How the evaluation runs other than in the default batch, for the user to read."""
+        return [note for note in (self.batch_note, self.memory_note) if note]
+
+    def _within(self, allowance: int, compensator) -> Optional[str]:
+        """Fit what evaluating holds (footprint()'s parts, with the model's copies and the cached activations)
+        within `allowance` bytes: a smaller batch, and cached activations beyond what is left mapped from disk
+        (pydsz.model.cache: file pages, which the kernel writes out and drops when memory runs short); an
+        InputError, before any work, where the fixed parts and two samples' tensors do not fit. The note
+        says what changed."""
+        n = len(self.x[0])
+        one = self.probe.tensors or {}
+        fixed = {"the data": sum(a.nbytes for a in self.x), "4 x the model": 4 * len(self.bytes),
+                 "the outputs": 3 * n * sum(one.get(t, 0) for t in self.model.outputs),
+                 **(compensator.footprint() if compensator is not None else {})}
+        working = max(self.probe.working_bytes, self.probe.sample_bytes)
+        room = allowance - sum(fixed.values())
+        if room < 2 * working:  # the probe's two samples
+            parts = " + ".join(f"{name} {value / MIB:.0f}" for name, value in {**fixed, "two samples' tensors":
+                                                                               2 * working}.items() if value)
+            raise InputError(f"--max-memory leaves {allowance / MIB:.0f} MiB beside the process; evaluating this model "
+                             f"on these samples needs at least {(sum(fixed.values()) + 2 * working) / MIB:.0f} MiB "
+                             f"({parts} MiB): give fewer samples or more memory")
+        # the batch takes at most half of what is left, the cached activations (the tail's inputs, a chain's
+        # cuts: known only as the layers are assessed) the rest, and beyond it go to disk
+        was = self.batch
+        self.batch = min(self.batch, max(1, room // (2 * working)))
+        notes = [f"batch {was} -> {self.batch}"] if self.batch < was else []
+        spare = room - max(self.batch, 2) * working
+        if cache.limit() is None or cache.limit() > spare:
+            cache.set_limit(str(spare))
+            notes.append(f"cached activations beyond {spare / MIB:.0f} MiB on disk")
+        return f"--max-memory: {', '.join(notes)}" if notes else None
+
     def state(self) -> EvaluatorState:
         """This Evaluator's making, for another process to build the same one."""
         return EvaluatorState(self.bytes, self.x, self.y, self.layer_names, self.metric,
-                              Run(self.num_threads, self.device), self.compensator, self.paths, self.prediction or None)
+                              Run(self.num_threads, self.device, max_memory=self.max_memory), self.compensator, self.paths, self.prediction or None)
 
     def predict_from(self, prediction: Mapping[str, np.ndarray]) -> None:
         """Code the candidates of the layers of `prediction` ({layer: float32 values of its shape}) as

@@ -14,6 +14,7 @@ from pydsz.cli.options import (
     add_retraining_arguments,
     data_for,
     load_tflite,
+    memory_size,
     metrics_names,
     peak_memory,
     print_device,
@@ -59,6 +60,16 @@ def cmd_compress(args) -> None:
     device = resolve_device(args)
     if device == "gpu":
         process.update(footprint.cuda())
+    allowance = None
+    if args.max_memory is not None and args.prune:
+        raise InputError("--max-memory fits the assessment of dsz compress; with --prune auto the pruning's "
+                         "retraining and Hessians are not fitted to it: prune apart (dsz prune), then compress")
+    if args.max_memory is not None:
+        allowance = args.max_memory - sum(process.values())
+        if allowance <= 0:
+            raise InputError(f"--max-memory {args.max_memory / footprint.MIB:.0f} MiB: the process alone holds "
+                             f"{sum(process.values()) / footprint.MIB:.0f} MiB (Python, its libraries and the codec "
+                             "at work) before it loads anything")
     model = load_tflite(args.model, warn=not args.quiet)
     x, y = data_for(args, model)
     if args.train and not args.prune:
@@ -76,7 +87,7 @@ def cmd_compress(args) -> None:
             result = compress(model, x, y, _budget(args), target_ratio=args.target_ratio,
                               layers=Selection(args.layers, args.min_layer_bytes),
                               compensation=Compensation(enabled=args.compensate, calibration=calibration),
-                              run=_run(args, device, executor))
+                              run=_run(args, device, executor, allowance))
     finally:
         executor.close()
     write_atomic(args.output, result.dsz)
@@ -126,8 +137,8 @@ def _budget(args):
     return Budget(args.metric, args.max_loss, margin=args.margin, output=args.model_output)
 
 
-def _run(args, device: str, executor=None) -> Run:
-    return Run(args.num_threads, device, executor, progress=progress(args))
+def _run(args, device: str, executor=None, max_memory=None) -> Run:
+    return Run(args.num_threads, device, executor, progress=progress(args), max_memory=max_memory)
 
 
 def _calibration_inputs(args, model_bytes: bytes):
@@ -318,6 +329,10 @@ def add_commands(sub) -> None:
                        "(tcp://host:8786; see doc/distributed.md)")
     add_device_argument(p)
     add_cache_argument(p)
+    p.add_argument("--max-memory", metavar="SIZE", type=memory_size, default=None,
+                   help="stay within this much resident memory (e.g. 1G; each worker's own with --workers): the "
+                   "batch is lowered and activations cached on disk to fit, or the command stops before the work, "
+                   "saying what it needs (default: no limit; the peak and the bound it kept are printed)")
     add_output_arguments(p, "output .dsz file")
     p.set_defaults(func=cmd_compress)
 

@@ -127,8 +127,10 @@ def peak_memory(process: dict, model_bytes: int, memory: dict, extra: Optional[d
     from pydsz.compress import footprint
     from pydsz.model import cache
 
-    parts = footprint.interpreter_path(process, model=model_bytes, cached=cache.peak(), **memory)
-    return footprint.line({**parts, **(extra or {})})
+    parts = footprint.interpreter_path(process, model=model_bytes, cached=cache.peak_in_memory(), **memory)
+    mapped = cache.peak() - cache.peak_in_memory()  # file pages the kernel drops under pressure
+    return footprint.line({**parts, **(extra or {})}) + (
+        f"; activations cached on disk: {mapped / footprint.MIB:.0f} MiB" if mapped > 0 else "")
 
 
 def add_retraining_arguments(p) -> None:
@@ -157,6 +159,14 @@ def _cache_size(text: str) -> str:
     from pydsz.model.cache import parse_size
 
     return _checked(parse_size, text)
+
+
+def memory_size(text: str) -> int:
+    """--max-memory: bytes in "2G", "500M", ... (pydsz.model.cache.parse_size)."""
+    from pydsz.model.cache import parse_size
+
+    _checked(parse_size, text)
+    return parse_size(text)
 
 
 def add_cache_argument(p) -> None:

@@ -204,7 +204,7 @@ def compress(
         compensation_for(data, names, x, compensation.calibration, run.num_threads) if compensation.on else (None, []))
     evaluator = Evaluator(data, x, y, names, metric, run=run, compensator=compensator)
     n = evaluator.samples
-    warnings = budget.warnings(n) + compensation_warnings + ([evaluator.batch_note] if evaluator.batch_note else [])
+    warnings = budget.warnings(n) + compensation_warnings + evaluator.notes
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)
     allowed = budget.allowed(n)

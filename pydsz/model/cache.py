@@ -21,7 +21,7 @@ from pydsz.errors import InputError
 ENV = "DSZ_MAX_CACHE_MEMORY"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
-_in_memory = 0  # bytes of the caches held in memory now, counted while a limit is set
+_in_memory = _in_memory_peak = 0  # bytes of the caches held in memory now, and at most at one time
 _now = _peak = 0  # bytes of all caches (in memory or mapped) now, and at most at one time
 
 
@@ -81,12 +81,17 @@ def peak() -> int:
     return _peak
 
 
+def peak_in_memory() -> int:
+    """The most bytes the caches held in memory at one time (peak() less what was mapped from disk)."""
+    return _in_memory_peak
+
+
 def _held(array: np.ndarray) -> np.ndarray:
     """Count an in-memory cache against the limit until it is freed."""
-    global _in_memory
-    if limit() is not None:
-        _in_memory += array.nbytes
-        weakref.finalize(array, _release, array.nbytes)
+    global _in_memory, _in_memory_peak
+    _in_memory += array.nbytes
+    _in_memory_peak = max(_in_memory_peak, _in_memory)
+    weakref.finalize(array, _release, array.nbytes)
     return _track(array)
 
 
