@@ -176,7 +176,12 @@ def test_a_signal_while_writing_leaves_no_temporary_and_the_old_file(tmp_path, m
         os.kill(os.getpid(), signum)  # arrives while the temporary file is open, before the rename
 
     monkeypatch.setattr(files.os, "fsync", interrupted_fsync)
-    assert cli.main(["pack", str(LENET300), "-e", "0.005", "-o", str(out), "-q"]) == code
+    # Python's own SIGINT handler, which a process started in the background (SIGINT ignored) lacks
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert cli.main(["pack", str(LENET300), "-e", "0.005", "-o", str(out), "-q"]) == code
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert out.read_bytes() == b"the old file" and leftovers(tmp_path) == []
     assert "Traceback" not in capsys.readouterr().err
 

@@ -64,7 +64,7 @@ class Judge:
         self.x, self.y = runtime.fit_inputs(model.input_details(), data[0]), data[1]
         self.metric, self.num_threads = metric, num_threads
         self.keys = [d["key"] for d in model.output_details()]
-        self.reference = runtime.outputs(original, self.x, self.keys, num_threads=num_threads)
+        self.reference = self._outputs(original)  # as every candidate is run
         metric.check(self.reference, self.y)
         self.base = metric.losses(self.reference, self.reference, self.y)
         # for a model of several outputs: the metric on each output alone, and its loss of the model as given
