@@ -143,6 +143,7 @@ def test_cli_user_error_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_cli_prints_the_table_and_writes_the_report(pruned, splits, tmp_path):
     pytest.importorskip("hdf5plugin")
     model = tmp_path / "pruned.tflite"

@@ -205,6 +205,7 @@ def test_a_log_gets_the_results_and_no_progress_bars(tmp_path, val_npz):
     assert max(len(line) for line in text.splitlines()) < 300
 
 
+@pytest.mark.slow
 def test_tqdm_disable_and_no_progress_are_honoured_on_a_terminal(tmp_path, val_npz):
     from test_engine_cli import _dsz_on_a_terminal
 

@@ -11,6 +11,7 @@ from pydsz.model.graph import TFLiteModel
 from pydsz.prune.masks import density
 
 
+@pytest.mark.slow
 def test_oneshot_prunes_every_layer_without_training_data(tmp_path):
     out = tmp_path / "pruned.tflite"
     result = dsz("prune", bundled("lenet5.tflite"), "--method", "oneshot", "--layers", "all",

@@ -26,6 +26,7 @@ def _entry(ptx: str, name: str) -> str:
     return match.group(0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_kernels_compile_warning_free(tmp_path, arch):
     ptx = _ptx(tmp_path, arch)

@@ -105,6 +105,7 @@ def test_a_bad_cache_size_is_a_usage_error(tmp_path):
     assert not (tmp_path / "m.dsz").exists()
 
 
+@pytest.mark.slow
 def test_out_of_line_model_compresses_and_decodes_like_the_inline_one(tmp_path):
     """lenet300_ool holds lenet300's weights out of line (Buffer.offset/size): the same bounds are
     chosen, and the decoded files keep their own layout yet compute the same outputs in LiteRT."""

@@ -13,6 +13,8 @@ from tflite_graphs import long_conv_model
 
 from pydsz.model.data import bundled
 
+pytestmark = pytest.mark.slow  # dsz compress in processes of its own, measured: 25 s
+
 
 def peak_and_bound(*args) -> tuple[float, float, str]:
     r = subprocess.run([sys.executable, "-m", "pydsz.cli", "compress", *map(str, args), "--no-progress"],
