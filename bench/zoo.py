@@ -1,7 +1,7 @@
 """The zoo: what `dsz compress`'s defaults give on real models other people ship, judged on data they
 never saw, against what a user would ship instead.
 
-    nice -n 10 python3 bench/zoo.py [--models a,b] [--budgets 0.01,0.005] [--json PATH]
+    nice -n 10 python3 bench/zoo.py [--models a,b] [--budgets 0.01,0.005] [--flags=...] [--json PATH]
 
 Models and data: bench/builders/zoo_data.py (openWakeWord's mel spectrogram, embedding and two wake-word
 models, microWakeWord's okay_nabu, Spotify's basic-pitch, MediaPipe's hand_landmark_full, BirdNET and
@@ -46,7 +46,7 @@ import pydsz  # noqa: E402
 from bench.machine import machine_info  # noqa: E402
 from pydsz.bench.anchors import Judge  # noqa: E402
 from pydsz.bench.baselines import lossless  # noqa: E402
-from pydsz.bench.headtohead import Files, _int_b, size_at  # noqa: E402
+from pydsz.bench.headtohead import Files, int_b, size_at  # noqa: E402
 from pydsz.budget import metrics  # noqa: E402
 from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
@@ -64,10 +64,10 @@ class AloneJudge(Judge):
         return runtime.outputs(tflite, self.x, self.keys, batch_size=1, num_threads=self.num_threads)
 
 
-def compress(model: Path, decision: Path, budget: float, out: Path, timeout: int) -> dict:
-    """dsz compress as a user types it; what it printed and what /usr/bin/time measured."""
+def compress(model: Path, decision: Path, budget: float, out: Path, timeout: int, flags: tuple = ()) -> dict:
+    """dsz compress as a user types it (with `flags` added); what it printed and what /usr/bin/time measured."""
     cmd = [DSZ, "compress", str(model), "--data", str(decision), "--metric", "output-error", "--max-loss",
-           str(budget), "--layers", "all", "-o", str(out), "--no-progress"]
+           str(budget), "--layers", "all", *flags, "-o", str(out), "--no-progress"]
     start = time.perf_counter()
     got = subprocess.run(["/usr/bin/time", "-v", "timeout", str(timeout), *cmd], capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -96,13 +96,13 @@ def baselines(tflite: bytes, judge: Judge) -> list[dict]:
         return h.tobytes(), h.astype(np.float32), ""
 
     if files.float_layers():
-        for method, quantize in [("float16", half), *((f"int{b}", _int_b(b)) for b in BITS)]:
+        for method, quantize in [("float16", half), *((f"int{b}", int_b(b)) for b in BITS)]:
             decoded, size, _ = files.scheme(quantize)
             points.append({"method": method, "file_bytes": size, "test_loss": judge(decoded)[1]})
     return points
 
 
-def run_model(name: str, budgets: list, cache: Path, timeout: int) -> list[dict]:
+def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple = ()) -> list[dict]:
     paths = zoo_data.build(name, cache)
     tflite = paths["model"].read_bytes()
     metric = metrics.get("output-error")
@@ -112,7 +112,7 @@ def run_model(name: str, budgets: list, cache: Path, timeout: int) -> list[dict]
     for budget in budgets:
         with tempfile.TemporaryDirectory() as tmp:
             row = {"model": name, "budget": budget, "model_bytes": len(tflite),
-                   **compress(paths["model"], paths["decision"], budget, Path(tmp) / "m.dsz", timeout)}
+                   **compress(paths["model"], paths["decision"], budget, Path(tmp) / "m.dsz", timeout, flags)}
             if "failed" not in row:
                 decoded = container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes()
                 row["test_loss"] = judge(decoded)[1]
@@ -201,11 +201,13 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=zoo_data.DEFAULT_CACHE)
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per dsz compress")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "zoo.json")
+    parser.add_argument("--flags", default="", help="more dsz compress arguments, to compare a variant with the "
+                        "defaults (e.g. --flags=--no-compensate)")
     args = parser.parse_args()
     budgets = [float(b) for b in args.budgets.split(",")]
     rows = []
     for name in args.models.split(","):
-        rows += run_model(name, budgets, args.cache, args.timeout)
+        rows += run_model(name, budgets, args.cache, args.timeout, tuple(args.flags.split()))
     print(table(rows))
     args.json.write_text(json.dumps({"machine": machine_info(pydsz=pydsz.__version__), "runs": rows}, indent=1))
     plot(rows, args.json.with_suffix(".png"))

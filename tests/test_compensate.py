@@ -101,7 +101,7 @@ def test_a_singular_layer_is_compensated_only_where_the_loss_can_see_its_fit():
     x = load_npz(bundled("fmnist_val.npz"))[0]
     fit = lambda a: runtime.fit_inputs(TFLiteModel(tflite).input_details(), a)  # noqa: E731
     # 300 samples leave fc1's H (784 inputs) singular; fc2 (300) and fc3 (100) are spanned
-    for data, calibration in ((x[:300], None), (x[:300], x[:300]), (x[:400], x[100:400])):
+    for data, calibration in ((x[:300], x[:300]), (x[:400], x[100:400])):
         compensator, warnings = compensation.for_model(tflite, ["fc1", "fc2", "fc3"], fit(data), calibration)
         assert list(compensator.layers) == ["fc2", "fc3"]
         assert any(w.startswith("layers not compensated: fc1:") for w in warnings)
@@ -110,3 +110,34 @@ def test_a_singular_layer_is_compensated_only_where_the_loss_can_see_its_fit():
     assert list(compensator.layers) == ["fc1", "fc2", "fc3"]
     assert any(w.startswith("layer fc1: 300 calibration samples give its Hessian rank 300") for w in warnings)
     assert not any("not compensated" in w for w in warnings)
+    # the data alone is cross-fitted: every half's loss is measured where its Hessians did not come from
+    compensator, warnings = compensation.for_model(tflite, ["fc1", "fc2", "fc3"], fit(x[:300]))
+    assert isinstance(compensator, compensation.CrossFit) and list(compensator.layers) == ["fc1", "fc2", "fc3"]
+    assert not any("not compensated" in w for w in warnings) and compensation.SHARED_SAMPLES not in warnings
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize("model, name", [("lenet300.tflite", "fc1"), ("lenet5.tflite", "conv2")])
+def test_a_cross_fitted_loss_is_what_the_stored_weights_lose_on_samples_they_never_saw(model, name):
+    from pydsz.assess.evaluator import Evaluator
+
+    tflite = bundled(model).read_bytes()
+    x = load_npz(bundled("fmnist_val.npz"))[0]
+    decisions, unseen = x[:300], x[1000:3000]
+    crossfit = compensation.CrossFit(tflite, runtime.fit_inputs(TFLiteModel(tflite).input_details(), decisions)[0],
+                                     [name])
+    measured, other = (samples for samples, _ in crossfit.folds)
+    assert sorted(np.concatenate([measured, other]).tolist()) == list(range(300))
+    bound = {name: 0.3 * float(np.std(TFLiteModel(tflite).weight(name)))}
+
+    def loss(data, compensator, **kw):
+        return Evaluator(tflite, data, None, [name], "output-error", compensator=compensator, **kw).measure_at(
+            bound).loss / len(data)
+
+    held = loss(decisions, crossfit)
+    # each half through the tail or the cut, or the whole model: the same outputs in every sample's place
+    assert held == pytest.approx(loss(decisions, crossfit, paths=()), rel=1e-4)
+    truth = loss(unseen, crossfit.whole)  # the weights the file stores, on 2,000 other samples
+    fitted = loss(decisions, crossfit.whole)  # the same on the samples their Hessians came from
+    assert abs(held - truth) < abs(fitted - truth)
+    assert truth < 0.5 * loss(unseen, None)  # and compensating pays

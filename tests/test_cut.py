@@ -97,7 +97,7 @@ def test_a_cut_whose_baseline_strays_from_the_whole_model_is_not_trusted(val300,
     evaluator = Evaluator(data, *val300, ["conv2"], paths=("cut",))
     real = ev.Evaluator._from_cut
     monkeypatch.setattr(ev.Evaluator, "_from_cut",
-                        lambda self, start, w: {k: v * 1.1 for k, v in real(self, start, w).items()})
+                        lambda self, start, w, samples=None: {k: v * 1.1 for k, v in real(self, start, w, samples).items()})
     w = np.asarray(model.weight("conv2"))
     m = evaluator.measure({"conv2": w * np.float32(1.05)})
     assert evaluator.path(["conv2"]) == "whole" and "differs from the whole model's" in evaluator.cut_reason

@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from pydsz.assess.memory import within
 from pydsz.budget import metrics
 from pydsz.context import Run
 from pydsz.encode.tensor import DELTA, as_weight, decode, encode, encode_update
@@ -28,8 +29,6 @@ from pydsz.format import codec
 from pydsz.model import activations, cache, cut, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.sparse import CSR
-
-MIB = 1 << 20
 
 # A cut's baseline may differ from the whole model's outputs by float rounding only (kernels fused
 # differently): beyond this relative L2 difference the cut is not trusted and the whole model runs.
@@ -40,7 +39,6 @@ CUT_TOLERANCE = 1e-3
 BASELINE_BYTES = 64 << 20
 # the faster paths an Evaluator may take where they apply: the numpy tail, sub-models from cuts
 PATHS = ("tail", "cut")
-
 
 
 @dataclass(frozen=True)
@@ -92,7 +90,8 @@ class Evaluator:
 
     compensator (pydsz.compress.compensation): the candidates of the layers it holds are its compensated
     weights at each bound instead of the weights as they are: `candidate` says what a layer is
-    encoded from, and both assessment and verification measure that.
+    encoded from, and both assessment and verification measure that; a cross-fitted one's (its `folds`)
+    are measured, given the bounds, each half of the samples with the weights compensated on the other's.
     """
 
     def __init__(self, tflite_bytes: bytes, x, y, layer_names: Sequence[str],
@@ -127,7 +126,7 @@ class Evaluator:
         self.tail = next((tail for tail in tails if tail is not None), None)
         self.memory_note = None  # how the batch and the caches were fitted within run.max_memory, where they were
         if run.max_memory is not None:
-            self.memory_note = self._within(run.max_memory, compensator)
+            self.memory_note = within(self, run.max_memory, compensator)
         start = time.perf_counter()
         self.outputs = runtime.outputs(self.bytes, self.x, self.keys, batch_size=self.batch,
                                        num_threads=num_threads)  # the original's, once
@@ -162,36 +161,6 @@ class Evaluator:
     def notes(self) -> list[str]:
         """How the evaluation runs other than in the default batch, for the user to read."""
         return [note for note in (self.batch_note, self.memory_note) if note]
-
-    def _within(self, allowance: int, compensator) -> Optional[str]:
-        """Fit what evaluating holds (footprint()'s parts, with the model's copies and the cached activations)
-        within `allowance` bytes: a smaller batch, and cached activations beyond what is left mapped from disk
-        (pydsz.model.cache: file pages, which the kernel writes out and drops when memory runs short); an
-        InputError, before any work, where the fixed parts and two samples' tensors do not fit. The note
-        says what changed."""
-        n = len(self.x[0])
-        one = self.probe.tensors or {}
-        fixed = {"the data": sum(a.nbytes for a in self.x), "4 x the model": 4 * len(self.bytes),
-                 "the outputs": 3 * n * sum(one.get(t, 0) for t in self.model.outputs),
-                 **(compensator.footprint() if compensator is not None else {})}
-        working = max(self.probe.working_bytes, self.probe.sample_bytes)
-        room = allowance - sum(fixed.values())
-        if room < 2 * working:  # the probe's two samples
-            parts = " + ".join(f"{name} {value / MIB:.0f}" for name, value in {**fixed, "two samples' tensors":
-                                                                               2 * working}.items() if value)
-            raise InputError(f"--max-memory leaves {allowance / MIB:.0f} MiB beside the process; evaluating this model "
-                             f"on these samples needs at least {(sum(fixed.values()) + 2 * working) / MIB:.0f} MiB "
-                             f"({parts} MiB): give fewer samples or more memory")
-        # the batch takes at most half of what is left, the cached activations (the tail's inputs, a chain's
-        # cuts: known only as the layers are assessed) the rest, and beyond it go to disk
-        was = self.batch
-        self.batch = min(self.batch, max(1, room // (2 * working)))
-        notes = [f"batch {was} -> {self.batch}"] if self.batch < was else []
-        spare = room - max(self.batch, 2) * working
-        if cache.limit() is None or cache.limit() > spare:
-            cache.set_limit(str(spare))
-            notes.append(f"cached activations beyond {spare / MIB:.0f} MiB on disk")
-        return f"--max-memory: {', '.join(notes)}" if notes else None
 
     def state(self) -> EvaluatorState:
         """This Evaluator's making, for another process to build the same one."""
@@ -231,6 +200,10 @@ class Evaluator:
         compensated layer, whose values may round to zero where the stored ones are not."""
         compensated = self.compensator is not None and name in self.compensator.layers
         return None if compensated else pattern
+
+    def measure_at(self, bounds: Mapping[str, float]) -> Measure:
+        """The loss with every layer of `bounds` at its bound (0: as it is)."""
+        return self.measure(self.weights_at(bounds), bounds)
 
     def weights_at(self, bounds: Mapping[str, float]) -> dict:
         """{layer: its weights as decoded at its bound} for the layers of non-zero bound, as measure
@@ -347,14 +320,39 @@ class Evaluator:
         out = self._outputs({name: np.zeros(self.model.layer(name).shape, np.float32)}, path)
         return any(not np.array_equal(out[k], base[k]) for k in self.keys)
 
-    def measure(self, weights: Mapping[str, np.ndarray]) -> Measure:
-        """The loss with `weights` ({layer name: array}) in place, against the same path's baseline."""
+    def measure(self, weights: Mapping[str, np.ndarray], bounds: Optional[Mapping[str, float]] = None) -> Measure:
+        """The loss with `weights` ({layer name: array}) in place, against the same path's baseline.
+        bounds: those the weights were encoded at ({layer: bound}), for a cross-fitted compensator."""
         path = self.path(weights)
         base, base_losses = self._base(path)
         if isinstance(path, int) and path in self._untrusted:
-            return self.measure(weights)  # its baseline did not match the whole model's: path is "whole" now
-        losses = self._losses(self._outputs(weights, path), base, weights) if weights else base_losses
-        return self._measure(losses, base_losses)
+            return self.measure(weights, bounds)  # its baseline did not match the whole model's: "whole" now
+        if not weights:
+            return self._measure(base_losses, base_losses)
+        folds = self._folds(weights, bounds or {})
+        outputs = self._outputs(weights, path) if folds is None else self._held_out(folds, path)
+        return self._measure(self._losses(outputs, base, weights), base_losses)
+
+    def _folds(self, weights: Mapping[str, np.ndarray], bounds: Mapping[str, float]) -> Optional[list]:
+        """Per fold of a cross-fitted compensator: (the samples it measures, `weights` with the compensated
+        layers' candidates fitted without those samples); None where no layer of weights is cross-fitted."""
+        folds = getattr(self.compensator, "folds", None)
+        fitted = [n for n in weights if folds and bounds.get(n, 0) > 0 and n in self.compensator.layers]
+        if not fitted:
+            return None
+        return [(samples, {**weights, **{n: as_weight(c.weights(n, bounds[n]), self.model.layer(n).shape)
+                                         for n in fitted}}) for samples, c in folds]
+
+    def _held_out(self, folds: list, path) -> dict:
+        """The outputs of every sample, each fold's samples with that fold's weights."""
+        parts = [(samples, self._outputs(weights, path, samples)) for samples, weights in folds]
+        out = {}
+        for key in self.keys:
+            first = np.asarray(parts[0][1][key])
+            out[key] = np.empty((self.samples, *first.shape[1:]), first.dtype)
+            for samples, part in parts:
+                out[key][samples] = part[key]
+        return out
 
     def _base(self, path) -> tuple:
         if path in self._exact:
@@ -386,28 +384,33 @@ class Evaluator:
         d = losses - base
         return Measure(float(np.sum(d)), self.metric.noise(losses, base), int(np.sum(d > 0)), int(np.sum(d < 0)))
 
-    def _outputs(self, weights: Mapping[str, np.ndarray], path) -> Optional[dict]:
-        """The model's outputs with `weights` in place (None where the GPU counts outcomes itself)."""
+    def _outputs(self, weights: Mapping[str, np.ndarray], path, samples: Optional[np.ndarray] = None) -> Optional[dict]:
+        """The model's outputs with `weights` in place, of every sample or those of `samples` (None where
+        the GPU counts outcomes itself: every sample)."""
         on_tail = path == "tail"
-        if on_tail and self._gpu is not None:
+        if on_tail and self._gpu is not None and samples is None:
             return None
         if isinstance(path, int):
-            return self._from_cut(path, weights)
+            return self._from_cut(path, weights, samples)
+        original = self.outputs if samples is None else {k: v[samples] for k, v in self.outputs.items()}
         if on_tail:
             # only the layers from the first changed one on are recomputed
             first = next((name for name in self.tail.layers if name in weights), self.tail.layers[0])
             if first not in self._inputs:
                 self._inputs[first] = self.h if first == self.tail.layers[0] else \
                     cache.keep(self.tail.input_of(self.h, first))
-            out = self.tail.forward_from(first, self._inputs[first], weights=dict(weights))
-            return {**self.outputs, self._tail_output: out.reshape(self.outputs[self._tail_output].shape)}
+            h = self._inputs[first] if samples is None else self._inputs[first][samples]
+            out = self.tail.forward_from(first, h, weights=dict(weights))
+            return {**original, self._tail_output: out.reshape(original[self._tail_output].shape)}
         if not weights:
-            return self.outputs
-        return runtime.outputs(self.model.replace(dict(weights)), self.x, self.keys, batch_size=self.batch,
+            return original
+        x = self.x if samples is None else [a[samples] for a in self.x]
+        return runtime.outputs(self.model.replace(dict(weights)), x, self.keys, batch_size=self.batch,
                                num_threads=self.num_threads)
 
-    def _from_cut(self, start: int, weights: Mapping[str, np.ndarray]) -> dict:
-        """The outputs with `weights` in place, running only the ops from the cut at op `start` on."""
+    def _from_cut(self, start: int, weights: Mapping[str, np.ndarray], samples: Optional[np.ndarray] = None) -> dict:
+        """The outputs with `weights` in place, running only the ops from the cut at op `start` on (of
+        the samples of `samples`, or every one)."""
         from pydsz.model.chain import Chain
 
         if self._chain is None or start not in self._chain.tails:
@@ -417,10 +420,13 @@ class Evaluator:
             self._chain = Chain(self.model, self._graph, self.x, sorted(starts), self.num_threads, self.batch)
         segment = self._chain.tails[start]
         feeds = self._chain.feeds(start)
+        if samples is not None:
+            feeds = [f[samples] for f in feeds]
         sub = cut.model_bytes(self.model, segment, dict(weights))
         keys = [str(t) for t in segment.outputs]
         out = runtime.outputs(sub, feeds, keys, batch_size=self.batch, num_threads=self.num_threads)
-        return {key: out[str(t)] if str(t) in out else self.outputs[key]
+        return {key: out[str(t)] if str(t) in out else
+                (self.outputs[key] if samples is None else self.outputs[key][samples])
                 for t, key in zip(self.model.outputs, self.keys)}
 
     def _losses(self, outputs: Optional[dict], reference: Optional[dict], weights) -> np.ndarray:
@@ -428,8 +434,6 @@ class Evaluator:
         if outputs is None:
             return (~self._gpu.hits(weights)).astype(np.float64)
         return self.metric.losses(outputs, reference, self.y)
-
-
 
 
 def _differs(outputs: dict, reference: dict) -> Optional[str]:

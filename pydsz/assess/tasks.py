@@ -32,7 +32,7 @@ def measure_point(evaluator: Evaluator, name: str, bound: float, part: int = 0, 
             _, size, _, _ = encode_weight(stored, 0.0, pattern)
         return Point(name, 0.0, size, size, 0, 0.0)
     stream, dense, (size, data, index) = evaluator.encode(name, bound, pattern)
-    m = evaluator.measure(evaluator.decoded({name: (stream, dense, evaluator.model.layer(name).shape)}))
+    m = evaluator.measure(evaluator.decoded({name: (stream, dense, evaluator.model.layer(name).shape)}), {name: bound})
     return Point(name, bound, size, data, index, m.loss, m.noise, m.lost, m.gained)
 
 
@@ -60,11 +60,12 @@ def measure_group(evaluator: Evaluator, names: tuple, level: float) -> tuple:
     if level == 0:
         return tuple(measure_point(evaluator, name, 0.0) for name in names)
     streams, sizes = {}, {}
-    for name, bound in group_bounds(evaluator, names, level).items():
+    bounds = group_bounds(evaluator, names, level)
+    for name, bound in bounds.items():
         _, layer_pattern = stored_pattern(evaluator, name)
         stream, dense, sizes[name] = evaluator.encode(name, bound, layer_pattern)
         streams[name] = (stream, dense, evaluator.model.layer(name).shape)
-    m = evaluator.measure(evaluator.decoded(streams))
+    m = evaluator.measure(evaluator.decoded(streams), bounds)
     return tuple(Point(name, level, *sizes[name], m.loss, m.noise, m.lost, m.gained) for name in names)
 
 

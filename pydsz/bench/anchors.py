@@ -172,7 +172,7 @@ def _ours(bench: _Bench, budgets, spent: float, bar, skipped: list) -> list[dict
         # a layer kept lossless lives in the .dsz's zstd rest; it counts with its zstd size
         out.append(bench.point(OURS, "max-loss", max_loss, {l.name: l.stream_bytes for l in layers},
                                lambda: container.load(result.dsz).weights(), encode_s, file_bytes=len(result.dsz),
-                               detail={"bounds": {l.name: l.bound for l in layers},
+                               detail={"bounds": {l.name: l.bound for l in layers}, "compensated": result.compensated,
                                        "data_index_bytes": {l.name: [l.data_bytes, l.index_bytes] for l in layers}}))
         bar.update()
     return out

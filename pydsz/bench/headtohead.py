@@ -87,7 +87,9 @@ class Files:
         return self.model.replace(arrays), len(lossless.zstd19(self.zeroed + b"".join(payloads))), notes
 
 
-def _int_b(bits: int):
+def int_b(bits: int):
+    """Symmetric per-output-channel int-b of a layer (Files.scheme's quantize): its bytes (codes as byte
+    planes, then the scales), its decoded values."""
     def quantize(layer, w):
         codes, scales, decoded = quantized.per_channel(w, bits, quantized.channel_axis(layer.op, w.ndim))
         # int16 codes as two byte planes, low bytes then high: zstd then sees each plane's own statistics
@@ -225,7 +227,7 @@ def benchmark(tflite: bytes, val, test, budget: Union[None, float, Budget] = Non
             add(h.reproduced(FLOAT16, "-", lambda layer, w: (w.astype("<f2").tobytes(),
                                                               w.astype(np.float16).astype(np.float32), "")))
         for b in bits:
-            add(h.reproduced(INTB, b, _int_b(b)))
+            add(h.reproduced(INTB, b, int_b(b)))
         add(h.reproduced(BLOCKWISE, BLOCK, _blockwise))
         for recipe in recipes:
             add(h.quantizer(recipe))

@@ -301,15 +301,15 @@ def add_commands(sub) -> None:
     compensation.add_argument("--compensate", action="store_const", const=True, default=None,
                               help="encode GPTQ-compensated weights: each value's quantization error is pushed into "
                               "the weights not yet quantized through the inverse Hessian of the layer's inputs, so "
-                              "the outputs move less at the same bound (on by default with --calibration; "
-                              "bench/head_to_head.py measures it)")
+                              "the outputs move less at the same bound (the default: the Hessians from "
+                              "--calibration, or cross-fitted on --data, each half's loss measured with the weights "
+                              "compensated on the other half; with fewer than 16 samples only when asked for)")
     compensation.add_argument("--no-compensate", dest="compensate", action="store_const", const=False,
-                              help="no compensation, even with --calibration")
+                              help="no compensation")
     p.add_argument("--calibration", metavar="PATH", default=None,
-                   help="the inputs the compensation's Hessians are built from (an .npz with x, or a directory of "
-                   "images, mapped by --normalize; no labels needed), disjoint from --data; turns --compensate on. "
-                   "--compensate without it takes the Hessians from --data: the compensation then fits the very "
-                   "samples the loss is measured on, and a warning says so")
+                   help="more inputs for the compensation's Hessians (an .npz with x, or a directory of "
+                   "images, mapped by --normalize; no labels needed), disjoint from --data, used instead of "
+                   "cross-fitting --data")
     p.add_argument("--prune", choices=["auto"], default=None,
                    help="auto: prune first, DeepSZ's whole pipeline under the one --max-loss, split between "
                    "pruning (auto sparsity: the plan of the smallest file within its share) and the bounds, and "

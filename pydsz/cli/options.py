@@ -145,28 +145,27 @@ def add_device_argument(p) -> None:
                    "and an NVIDIA GPU; auto (default) takes the GPU when both are there")
 
 
-def _checked(check, text: str) -> str:
-    """An argparse type's answer: the text as given, once check(text) raised no InputError (argparse
-    prints its message where it did)."""
+def _checked(check, text: str):
+    """check(text), its InputError an argparse error (argparse prints its message)."""
     try:
-        check(text)
+        return check(text)
     except InputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 def _cache_size(text: str) -> str:
+    """--max-cache-memory: the text as given (pydsz.model.cache.set_limit takes it), once it parses."""
     from pydsz.model.cache import parse_size
 
-    return _checked(parse_size, text)
+    _checked(parse_size, text)
+    return text
 
 
 def memory_size(text: str) -> int:
     """--max-memory: bytes in "2G", "500M", ... (pydsz.model.cache.parse_size)."""
     from pydsz.model.cache import parse_size
 
-    _checked(parse_size, text)
-    return parse_size(text)
+    return _checked(parse_size, text)
 
 
 def add_cache_argument(p) -> None:
@@ -231,7 +230,8 @@ def layers(text: str) -> str:
     """--layers: fc, conv, all, layer names (fc3, conv12,conv13), or kinds and names together."""
     from pydsz.model.selection import parse
 
-    return _checked(parse, text)
+    _checked(parse, text)
+    return text
 
 
 def add_layer_arguments(p) -> None:

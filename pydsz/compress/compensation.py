@@ -4,7 +4,10 @@ into the weights not yet rounded (pydsz.prune.gptq), so that the outputs move le
 The assessment is handed a Compensator (pydsz.assess.Evaluator's `compensator`) and measures each
 layer's candidates as this module makes them; the bound holds on the values stored. Its Hessians
 come from calibration inputs, which should share no sample with the data the bounds are chosen on:
-`for_model` builds one and says where they overlap.
+`for_model` builds one and says where they overlap. Without them it cross-fits (CrossFit): the loss
+of each half of the data is measured with weights compensated on the other half's Hessians, and the
+file stores the weights compensated on all of it, so that the data alone gets compensation's
+smaller files without the loss fitting the samples it is measured on.
 """
 
 from __future__ import annotations
@@ -38,17 +41,20 @@ QMAX = 32767.0
 SHARED_SAMPLES = ("the compensation's Hessians come from the same samples the bounds are chosen and the loss "
                   "measured on: the compensation fits them, so the loss on other data is likely larger; give a "
                   "separate calibration set (--calibration)")
-
+# Cross-fitting splits the data in two; below this many samples each half's Hessians say too little
+# for compensation to pay, and it stays off unless asked for (then fitted on the data, with the warning)
+CROSSFIT_SAMPLES = 16
 
 
 @dataclass(frozen=True)
 class Compensation:
     """Whether compress encodes GPTQ-compensated weights, and what their Hessians come from.
 
-    enabled None compensates where `calibration` inputs are given. calibration: the inputs (as the
-    data takes them) whose Hessians the compensation uses, disjoint from the decisions' data; without
-    them it uses the data, and a warning says that the measured loss is then optimistic (the
-    compensation fits the samples it is judged on)."""
+    enabled None compensates wherever it can (calibration inputs, or data enough to cross-fit:
+    CROSSFIT_SAMPLES), False never. calibration: the inputs (as the data takes them) whose Hessians
+    the compensation uses, disjoint from the decisions' data; without them the data is cross-fitted
+    (CrossFit), or, below CROSSFIT_SAMPLES and asked for, the Hessians fit the very samples the loss
+    is measured on, and a warning says that it is then optimistic."""
 
     enabled: Optional[bool] = None
     calibration: object = None
@@ -58,9 +64,11 @@ class Compensation:
             raise InputError("calibration inputs build the Hessians of the compensation, which is turned off: "
                              "give compensate too")
 
-    @property
-    def on(self) -> bool:
-        return self.calibration is not None if self.enabled is None else self.enabled
+    def on(self, samples: int) -> bool:
+        """Whether data of this many samples is compensated."""
+        if self.enabled is None:
+            return self.calibration is not None or samples >= CROSSFIT_SAMPLES
+        return self.enabled
 
 
 class Compensator:
@@ -127,6 +135,33 @@ class Compensator:
         return solve(layer, weight, factors, orders, pruned=pruned, quantize=quantize).astype(dtype)
 
 
+class CrossFit:
+    """Compensation cross-fitted on the decisions' own data: the samples split in two halves at random
+    (seeded: the same data, the same split), each half's loss measured with weights compensated on the
+    other half's Hessians (`folds`: (the samples measured, the Compensator fitted without them)), and the
+    weights stored (`weights`) compensated on all of them. The measured loss is then that of a
+    compensation meeting data it was not fitted on, as the file does after it; the stored weights, their
+    Hessians from twice the samples, do no worse there."""
+
+    def __init__(self, tflite_bytes: bytes, x, layers: Sequence[str], num_threads: Optional[int] = None):
+        n = _samples(x)
+        order = np.random.default_rng(0).permutation(n)
+        halves = [np.sort(order[: n // 2]), np.sort(order[n // 2:])]
+        self.whole = Compensator(tflite_bytes, x, layers, num_threads=num_threads)
+        self.folds = [(halves[1 - k], Compensator(tflite_bytes, _take(x, halves[k]), layers, num_threads=num_threads))
+                      for k in (0, 1)]
+        self.layers, self.warnings = self.whole.layers, self.whole.warnings
+
+    def weights(self, name: str, bound: float) -> np.ndarray:
+        return self.whole.weights(name, bound)
+
+    def footprint(self) -> dict:
+        """The three Compensators' (each half's data a copy; one Hessian at work at a time)."""
+        parts = [c.footprint() for c in (self.whole, *(c for _, c in self.folds))]
+        return {"the data's halves": sum(p["calibration data"] for p in parts[1:]),
+                "compensation": sum(p["compensation factors"] for p in parts) + parts[0]["a Hessian at work"]}
+
+
 def rounded(values: np.ndarray, bound: float, dtype=np.float32) -> np.ndarray:
     """libdsz's reconstruction of values quantized at absolute `bound` with no predictor (quantize.c):
     q = round_half_up(x / 2eb), r = q * 2eb computed in double and rounded once to the stored dtype;
@@ -150,11 +185,12 @@ def compensable(model: TFLiteModel) -> list:
 
 
 def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibration=None,
-              num_threads: Optional[int] = None) -> tuple[Compensator, list[str]]:
+              num_threads: Optional[int] = None) -> tuple[object, list[str]]:
     """The Compensator of the named layers that it can change (float32 weights of one layer each), and
     the warnings about its data. x: the decisions' inputs, fitted (runtime.fit_inputs); calibration:
-    the inputs its Hessians come from (as x takes them), or None to take x, which a warning then
-    says fits the very samples the loss is measured on.
+    the inputs its Hessians come from (as x takes them), or None to take x: cross-fitted (CrossFit)
+    where it has CROSSFIT_SAMPLES, else fitted on the very samples the loss is measured on, which a
+    warning then says.
 
     Where most of the decisions' samples are calibration samples too, a layer whose Hessian those
     samples leave singular is not compensated: its compensation fits them exactly, and the loss
@@ -170,6 +206,11 @@ def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibrat
     own = own[0] if len(own) == 1 else own
     if not chosen:
         return Compensator(tflite_bytes, own, [], num_threads=num_threads), []
+    if calibration is None and _samples(own) >= CROSSFIT_SAMPLES:
+        # each half's loss is measured with weights fitted on the other: a fit that holds on nothing else
+        # shows as loss there, so no layer needs leaving out
+        crossfit = CrossFit(tflite_bytes, own, [l.name for l in chosen], num_threads=num_threads)
+        return crossfit, list(crossfit.warnings)
     decisions = _samples(x)
     shared = decisions if calibration is None else _shared(x, own)
     warnings = [SHARED_SAMPLES] if calibration is None else _overlap_warnings(shared, _samples(own))
@@ -185,6 +226,11 @@ def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibrat
 
 def _samples(x) -> int:
     return len(x[0]) if isinstance(x, (list, tuple)) else len(x)
+
+
+def _take(x, samples: np.ndarray):
+    """Those samples of fitted inputs (an array, or a list of one per model input)."""
+    return [a[samples] for a in x] if isinstance(x, (list, tuple)) else x[samples]
 
 
 def _sample_digests(x) -> list[bytes]:

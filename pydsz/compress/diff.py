@@ -157,7 +157,7 @@ def _update(held: TFLiteModel, model: TFLiteModel, evaluator: Evaluator, budget:
     bounds = choose(table) or {name: 0.0 for name in changed}
     evaluations, slack = assessment.evaluations, 0.0
     while True:
-        m = evaluator.measure(evaluator.weights_at(bounds))
+        m = evaluator.measure_at(bounds)
         evaluations += 1
         lossless = not any(bounds.values())
         if budget.risk(m.loss, m.noise) + slack > allowed and not lossless:

@@ -91,6 +91,9 @@ class Result:
     # the gathered constants (biases, PReLU slopes: pydsz.encode.constants): each within this fraction of its
     # largest magnitude; 0 when they are kept lossless
     constants_rel: float = 0.0
+    # compensation cross-fitted on the data: the loss with each half's weights compensated on the other half
+    # (what holds on data the compensation did not see; within the budget too), else None
+    held_out_loss: Optional[float] = None
 
     @property
     def fc_original_bytes(self) -> int:
@@ -184,8 +187,10 @@ def compress(
     their original size / target_ratio.
     compensation: encode GPTQ-compensated float32 weights (pydsz.compress.compensation.Compensation):
     each bound's errors are pushed into the weights not yet quantized, so the outputs move less; the
-    bound holds on the stored values (bench/head_to_head.py measures what it pays on data neither
-    set holds).
+    bound holds on the stored values. On by default: without calibration inputs cross-fitted on x
+    (each half's loss measured with the weights compensated on the other half), the loss reported
+    then the larger of that and the file's own on x (bench/zoo.py measures what it pays on data
+    neither holds).
     run: the threads, device ("cpu" or "gpu": where the assessment runs the FC tail), executor (where
     the assessment's and verification's evaluations run: pydsz.assess.executor's Local, the default,
     or Dask; the results are the same) and progress bars (pydsz.context.Run).
@@ -201,7 +206,8 @@ def compress(
     names = [l.name for l in chosen]
     x = runtime.fit_inputs(model.input_details(), x)
     compensator, compensation_warnings = (
-        compensation_for(data, names, x, compensation.calibration, run.num_threads) if compensation.on else (None, []))
+        compensation_for(data, names, x, compensation.calibration, run.num_threads)
+        if compensation.on(len(x[0])) else (None, []))
     evaluator = Evaluator(data, x, y, names, metric, run=run, compensator=compensator)
     n = evaluator.samples
     warnings = budget.warnings(n) + compensation_warnings + evaluator.notes
@@ -232,8 +238,9 @@ def compress(
     trials = 0  # evaluations of the verification's tightening steps
     slack = 0.0  # loss the interpreter measured beyond the fast path's (float rounding)
     kind = selection.container_kind(layers)
+    crossfit = getattr(evaluator.compensator, "folds", None) is not None
     while True:
-        m = evaluator.measure(evaluator.weights_at(bounds))
+        m = evaluator.measure_at(bounds)
         at_risk = budget.risk(m.loss, m.noise)
         attempt = {"bounds": dict(bounds), "predicted": _predicted(table, bounds, margin), "loss": m.loss,
                    "risk": at_risk, "size": _size(table, bounds)}
@@ -250,10 +257,13 @@ def compress(
         if measured <= allowed or max_size is not None or lossless:
             break
         slack = max(slack, measured - m.loss)
+    # cross-fitted, the file's weights were compensated on these very samples, whose loss flatters them by
+    # what each half's loss with the other half's compensation (m) shows more: that is what holds elsewhere
+    optimism = max(0.0, m.loss - measured) if crossfit else 0.0
     constants_rel, tries = 0.0, 0
     if max_size is None:
         tries, found = _gather_constants(evaluator, packed, chosen, bounds, layers, budget, allowed,
-                                         budget.risk(measured, m.noise), dsz)
+                                         budget.risk(measured + optimism, m.noise), dsz, optimism)
         if found:
             dsz, measured, constants_rel = found
             attempts.append({"constants_rel": constants_rel, "measured_loss": measured})
@@ -262,6 +272,7 @@ def compress(
     return Result(
         dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n, metric=metric,
         before=before, after=metric.value(base + measured / n), loss=measured / n, max_loss=budget.max_loss,
+        held_out_loss=(measured + optimism) / n if crossfit else None,
         allowed=allowed, model_bytes=len(data), spent=spent, margin=margin, attempts=attempts,
         fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
         evaluations=(assessment.evaluations + trials + sum("bounds" in a for a in attempts)
@@ -314,14 +325,16 @@ def _by_analogy(evaluator: Evaluator, table: dict, bounds: dict, unreached: list
 
 
 def _gather_constants(evaluator: Evaluator, packed: tuple, chosen: list, bounds: dict, layers: str,
-                      budget: Budget, allowed: float, risk_before: float, dsz: bytes) -> tuple[int, Optional[tuple]]:
+                      budget: Budget, allowed: float, risk_before: float, dsz: bytes,
+                      optimism: float = 0.0) -> tuple[int, Optional[tuple]]:
     """The verified .dsz with the model's small constants gathered too (pydsz.encode.constants), each within
     the coarsest relative bound tried whose decoded model is still within the budget, its margin
     included (or, where the weights alone already measured beyond the margin, no riskier than they
     were): (bounds tried, (dsz, measured loss, relative bound) or None where none is or the file is not
     smaller than `dsz`, the one without them). packed: pack.encode_tensors' model and entries of
     `dsz`, assembled again with each bound instead of encoded again. Each bound tried is one evaluation
-    of the decoded model. Layers chosen by name change nothing else: their selection gathers nothing."""
+    of the decoded model, `optimism` added (what a cross-fitted compensation's file loss on its own samples
+    flatters it by). Layers chosen by name change nothing else: their selection gathers nothing."""
     if layers not in selection.KINDS:
         return 0, None
     floats = {l.name for l in chosen if l.stored_dtype not in INTEGER_TYPES}
@@ -332,7 +345,8 @@ def _gather_constants(evaluator: Evaluator, packed: tuple, chosen: list, bounds:
             break  # nothing to gather, or not worth it at the coarsest bound
         tries += 1
         m = evaluator.measure_model(container.load(smaller).tflite_bytes())
-        if m.loss <= allowed and budget.risk(m.loss, m.noise) <= max(allowed, risk_before):
+        held_out = m.loss + optimism
+        if held_out <= allowed and budget.risk(held_out, m.noise) <= max(allowed, risk_before):
             return tries, (smaller, m.loss, rel)
     return tries, None
 
@@ -364,7 +378,7 @@ def _encoded_model(evaluator: Evaluator, bounds: dict) -> bytes:
 
 def trial_risk(evaluator: Evaluator, bounds: dict, margin: float) -> float:
     """The risk (loss plus noise margin) of all layers compressed together at `bounds` (an executor's task)."""
-    m = evaluator.measure(evaluator.weights_at(bounds))
+    m = evaluator.measure_at(bounds)
     return risk(m.loss, m.noise, margin)
 
 

@@ -37,6 +37,7 @@ def to_dict(result: Result, extra: Optional[dict] = None) -> dict:
             "samples": result.samples, "fast_evaluation": result.fast_evaluation, "device": result.device,
             "cpu_reason": result.cpu_reason, "evaluations": result.evaluations,
             "evaluations_per_second": result.evaluations_per_second, "compensated": result.compensated,
+            "held_out_loss": result.held_out_loss,
             "constants_rel": result.constants_rel,
         },
         "assessment": {"layers": result.assessment, "below_floor": result.below_floor},
@@ -97,6 +98,10 @@ def assessment_line(result: Result) -> str:
                      + (", ..." if len(group) > 6 else "") + ")")
     if result.below_floor:
         parts.append(f"{len(result.below_floor)} under --min-layer-bytes kept lossless")
+    if result.compensated:
+        held_out = "" if result.held_out_loss is None else (
+            f", cross-fitted (held-out loss {_loss(result, result.held_out_loss)})")
+        parts.append(f"{len(result.compensated)} compensated{held_out}")
     if result.constants_rel:
         parts.append(f"biases and other constants gathered, each within {result.constants_rel:.3g} of its largest value")
     return f"assessment: {'; '.join(parts)}; {result.evaluations} evaluations in {result.evaluation_seconds:.0f} s"

@@ -87,34 +87,31 @@ def peak_in_memory() -> int:
 
 
 def _held(array: np.ndarray) -> np.ndarray:
-    """Count an in-memory cache against the limit until it is freed."""
-    global _in_memory, _in_memory_peak
-    _in_memory += array.nbytes
-    _in_memory_peak = max(_in_memory_peak, _in_memory)
-    weakref.finalize(array, _release, array.nbytes)
-    return _track(array)
+    """An in-memory cache, counted against the limit until it is freed."""
+    return _track(array, in_memory=True)
 
 
 def _mapped(shape: tuple, dtype) -> np.ndarray:
     with tempfile.TemporaryFile(prefix="dsz-cache-") as f:
         f.truncate(max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize))
         # the mapping keeps the unlinked file's pages alive after the file object closes
-        return _track(np.memmap(f, dtype=dtype, mode="r+", shape=shape))
+        return _track(np.memmap(f, dtype=dtype, mode="r+", shape=shape), in_memory=False)
 
 
-def _release(nbytes: int) -> None:
-    global _in_memory
-    _in_memory -= nbytes
-
-
-def _track(array: np.ndarray) -> np.ndarray:
-    global _now, _peak
+def _track(array: np.ndarray, in_memory: bool) -> np.ndarray:
+    """Count a cache among all of them (and among those in memory) until it is freed."""
+    global _now, _peak, _in_memory, _in_memory_peak
     _now += array.nbytes
     _peak = max(_peak, _now)
-    weakref.finalize(array, _untrack, array.nbytes)
+    if in_memory:
+        _in_memory += array.nbytes
+        _in_memory_peak = max(_in_memory_peak, _in_memory)
+    weakref.finalize(array, _untrack, array.nbytes, in_memory)
     return array
 
 
-def _untrack(nbytes: int) -> None:
-    global _now
+def _untrack(nbytes: int, in_memory: bool) -> None:
+    global _now, _in_memory
     _now -= nbytes
+    if in_memory:
+        _in_memory -= nbytes
