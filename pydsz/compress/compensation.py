@@ -41,6 +41,9 @@ QMAX = 32767.0
 SHARED_SAMPLES = ("the compensation's Hessians come from the same samples the bounds are chosen and the loss "
                   "measured on: the compensation fits them, so the loss on other data is likely larger; give a "
                   "separate calibration set (--calibration)")
+# Compensated weights kept for the next call at the same (layer, bound), up to this many bytes per
+# Compensator: verification's trials measure every layer's bound again with one of them changed
+SOLVED_BYTES = 64 << 20
 # Cross-fitting splits the data in two; below this many samples each half's Hessians say too little
 # for compensation to pay, and it stays off unless asked for (then fitted on the data, with the warning)
 CROSSFIT_SAMPLES = 16
@@ -89,6 +92,7 @@ class Compensator:
         # per layer, for each of its groups: the order its columns are swept in, and the factor for it
         self._sweeps: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
         self._hessians: Optional[Sequential] = None  # made on first use: the cuts' activations it carries
+        self._solved: dict[tuple, np.ndarray] = {}  # (layer, bound) -> its weights, the oldest first out
 
     def footprint(self) -> dict:
         """What compensating holds at most (pydsz.compress.footprint): the calibration inputs, the
@@ -98,12 +102,13 @@ class Compensator:
         inputs = self.x if isinstance(self.x, (list, tuple)) else [self.x]
         return {"calibration data": sum(np.asarray(a).nbytes for a in inputs),
                 "compensation factors": sum(hessian_bytes(l) // 3 for l in layers),
+                "compensated weights kept": min(SOLVED_BYTES, sum(l.nbytes for l in layers)),
                 "a Hessian at work": max(map(hessian_bytes, layers), default=0) + 3 * 8 * PATCH_VALUES}
 
     def __getstate__(self) -> dict:
         # another process (a Dask worker) computes the factors it needs: they are layer-sized squared,
         # and the activations carried from cut to cut are the calibration set's
-        return {**self.__dict__, "_sweeps": {}, "_hessians": None}
+        return {**self.__dict__, "_sweeps": {}, "_hessians": None, "_solved": {}}
 
     def weights(self, name: str, bound: float) -> np.ndarray:
         """The layer's weights compensated at absolute `bound`, on the codec's grid, in the dtype the
@@ -115,6 +120,14 @@ class Compensator:
         weight = np.array(self.model.weight(layer), np.float32)
         if bound == 0:
             return weight
+        if (name, bound) not in self._solved:
+            while self._solved and sum(a.nbytes for a in self._solved.values()) + weight.nbytes > SOLVED_BYTES:
+                del self._solved[next(iter(self._solved))]
+            self._solved[name, bound] = self._solve(name, weight, bound)
+        return self._solved[name, bound].copy()
+
+    def _solve(self, name: str, weight: np.ndarray, bound: float) -> np.ndarray:
+        layer = self.layers[name]
         if name not in self._sweeps:
             if self._hessians is None:  # the layers' inputs along the cuts: the ops before one run once in all
                 self._hessians = Sequential(self.model, self.x, list(self.layers.values()), self.num_threads)
@@ -159,7 +172,8 @@ class CrossFit:
         """The three Compensators' (each half's data a copy; one Hessian at work at a time)."""
         parts = [c.footprint() for c in (self.whole, *(c for _, c in self.folds))]
         return {"the data's halves": sum(p["calibration data"] for p in parts[1:]),
-                "compensation": sum(p["compensation factors"] for p in parts) + parts[0]["a Hessian at work"]}
+                "compensation": sum(p["compensation factors"] + p["compensated weights kept"] for p in parts)
+                + parts[0]["a Hessian at work"]}
 
 
 def rounded(values: np.ndarray, bound: float, dtype=np.float32) -> np.ndarray:

@@ -82,7 +82,7 @@ def peak() -> Optional[int]:
 def line(parts: dict) -> str:
     """The peak measured beside the bound: "612 MiB (meant to stay within 700 MiB: the process 150 + ...)"."""
     total = sum(parts.values())
-    text = " + ".join(f"{name} {value / MIB:.0f}" for name, value in parts.items() if value)
+    text = " + ".join(f"{name} {value / MIB:.0f}" for name, value in parts.items() if round(value / MIB))
     measured = peak()
     bound = f"within {total / MIB:.0f} MiB: {text}"
     return f"unknown (meant to stay {bound})" if measured is None else f"{measured / MIB:.0f} MiB (meant to stay {bound})"
