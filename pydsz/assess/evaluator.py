@@ -30,9 +30,6 @@ from pydsz.model import activations, cache, cut, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.sparse import CSR
 
-# A cut's baseline may differ from the whole model's outputs by float rounding only (kernels fused
-# differently): beyond this relative L2 difference the cut is not trusted and the whole model runs.
-CUT_TOLERANCE = 1e-3
 # A cut whose baseline is the whole model's outputs bit for bit (the usual case: the same kernels on
 # the same values) is counted against the whole model's; the others' baselines are kept up to this
 # many bytes (BirdNET's outputs: 8 MB for 300 samples, 80 cuts would hold 600 MB), then computed again
@@ -330,8 +327,15 @@ class Evaluator:
         if not weights:
             return self._measure(base_losses, base_losses)
         folds = self._folds(weights, bounds or {})
-        outputs = self._outputs(weights, path) if folds is None else self._held_out(folds, path)
-        return self._measure(self._losses(outputs, base, weights), base_losses)
+        if folds is None:
+            losses = self._losses(self._outputs(weights, path), base, weights)
+        elif path == "tail" and self._gpu is not None:  # the GPU counts every sample: each fold keeps its own
+            losses = np.empty(self.samples)
+            for samples, fold in folds:
+                losses[samples] = self._losses(None, None, fold)[samples]
+        else:
+            losses = self._losses(self._held_out(folds, path), base, weights)
+        return self._measure(losses, base_losses)
 
     def _folds(self, weights: Mapping[str, np.ndarray], bounds: Mapping[str, float]) -> Optional[list]:
         """Per fold of a cross-fitted compensator: (the samples it measures, `weights` with the compensated
@@ -360,7 +364,7 @@ class Evaluator:
         if path not in self._baseline:
             base = self._outputs({}, path)
             if isinstance(path, int):
-                why = _differs(base, self.outputs)
+                why = cut.differs(base, self.outputs)
                 if why:
                     self._untrusted[path] = why
                 if all(np.array_equal(base[k], self.outputs[k]) for k in self.keys):
@@ -434,14 +438,3 @@ class Evaluator:
         if outputs is None:
             return (~self._gpu.hits(weights)).astype(np.float64)
         return self.metric.losses(outputs, reference, self.y)
-
-
-def _differs(outputs: dict, reference: dict) -> Optional[str]:
-    """Why a cut's baseline outputs are not the whole model's up to float rounding, or None."""
-    for key, ref in reference.items():
-        a, b = np.asarray(outputs[key], np.float64), np.asarray(ref, np.float64)
-        scale = float(np.linalg.norm(b))
-        diff = float(np.linalg.norm(a - b))
-        if not diff <= CUT_TOLERANCE * max(scale, 1e-30):
-            return f"output {key} differs from the whole model's by {diff / max(scale, 1e-30):.2g} (relative L2)"
-    return None

@@ -25,6 +25,8 @@ import struct
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+import numpy as np
+
 from pydsz.errors import InputError
 from pydsz.model.graph import TFLiteModel
 
@@ -53,6 +55,11 @@ class Segment:
     ops: tuple
     inputs: tuple
     outputs: tuple
+
+
+# A cut's baseline may differ from the whole model's outputs by float rounding only (kernels fused
+# differently): beyond this relative L2 difference the cut is not trusted and the whole model runs.
+CUT_TOLERANCE = 1e-3
 
 
 class Graph:
@@ -241,3 +248,14 @@ def model_bytes(model: TFLiteModel, segment: Segment, weights: Optional[dict] = 
     """The segment's .tflite, with `weights` ({layer name or buffer index: array}, as
     TFLiteModel.replace takes them) written in place."""
     return model.replace(weights or {}, head=head(model, segment))
+
+
+def differs(outputs: dict, reference: dict) -> Optional[str]:
+    """Why a cut's baseline outputs are not the whole model's up to float rounding, or None."""
+    for key, ref in reference.items():
+        a, b = np.asarray(outputs[key], np.float64), np.asarray(ref, np.float64)
+        scale = float(np.linalg.norm(b))
+        diff = float(np.linalg.norm(a - b))
+        if not diff <= CUT_TOLERANCE * max(scale, 1e-30):
+            return f"output {key} differs from the whole model's by {diff / max(scale, 1e-30):.2g} (relative L2)"
+    return None
