@@ -59,7 +59,7 @@ from pydsz.prune.train import Retraining
 from pydsz.tables import format_table  # noqa: E402
 
 HELDOUT = Path(os.environ.get("DSZ_HELDOUT_CACHE", Path.home() / ".cache" / "pydsz" / "heldout"))
-CASES = ("lenet300", "lenet5", "mlp-a", "mlp-b", "cnn-a", "cnn-b", "mlp-c")
+CASES = ("lenet300", "lenet5", "mlp-a", "mlp-b", "cnn-a", "cnn-b", "mlp-c", "mlp-d")
 HAND = {"fc1": 0.93, "fc2": 0.9, "fc3": 0.7}
 FIXED_LOSS = 0.003  # the budget the LeNets' hand schedules are compressed within (bench/reference.py's)
 

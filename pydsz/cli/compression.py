@@ -14,6 +14,7 @@ from pydsz.cli.options import (
     add_retraining_arguments,
     data_for,
     load_tflite,
+    max_loss,
     memory_size,
     metrics_names,
     peak_memory,
@@ -76,15 +77,16 @@ def cmd_compress(args) -> None:
         raise InputError("--train is the training set of --prune auto: give --prune auto too, or prune apart "
                          "(dsz prune)")
     calibration = None if args.prune else _calibration(args, model)
+    budget = _budget(args, model, x, y)
     executor = make_executor(args.cluster, args.workers, device)
     split = None
     try:
         if not args.quiet and not isinstance(executor, Local):
             print(f"evaluating on {executor.description}", flush=True)
         if args.prune:
-            result, split = _compress_pruned(args, model, x, y, device, executor)
+            result, split = _compress_pruned(args, model, x, y, budget, device, executor)
         else:
-            result = compress(model, x, y, _budget(args), target_ratio=args.target_ratio,
+            result = compress(model, x, y, budget, target_ratio=args.target_ratio,
                               layers=Selection(args.layers, args.min_layer_bytes),
                               compensation=Compensation(enabled=args.compensate, calibration=calibration),
                               run=_run(args, device, executor, allowance))
@@ -109,7 +111,7 @@ def cmd_compress(args) -> None:
               f"{peak_memory(process, len(model), result.memory)}")
 
 
-def _compress_pruned(args, model: bytes, x, y, device: str, executor):
+def _compress_pruned(args, model: bytes, x, y, budget, device: str, executor):
     """dsz compress --prune auto: prune (retraining with --train, else one-shot) and compress under the one
     --max-loss (pydsz.compress.prune_compress)."""
     from pydsz.compress.prune_compress import Pruning, compress_pruned
@@ -126,15 +128,31 @@ def _compress_pruned(args, model: bytes, x, y, device: str, executor):
     train = load_npz(args.train) if args.train else None
     calibration = _calibration_inputs(args, model) if args.calibration else None
     pruning = Pruning(train, calibration, Retraining(epochs=args.epochs, distill=args.distill))
-    return compress_pruned(model, x, y, _budget(args), layers=Selection(args.layers, args.min_layer_bytes),
+    return compress_pruned(model, x, y, budget, layers=Selection(args.layers, args.min_layer_bytes),
                            pruning=pruning, compensate=args.compensate, run=_run(args, device, executor))
 
 
-def _budget(args):
-    """dsz compress's one budget: --metric (on --model-output), --max-loss, --margin."""
+def _budget(args, model: bytes, x, y):
+    """dsz compress's one budget: --metric (on --model-output), --max-loss, --margin; `--max-loss input`
+    measured on the data (pydsz.budget.rounding) and said."""
     from pydsz.budget.rule import Budget
 
-    return Budget(args.metric, args.max_loss, margin=args.margin, output=args.model_output)
+    if args.max_loss != "input":
+        return Budget(args.metric, args.max_loss, margin=args.margin, output=args.model_output)
+    from pydsz.budget.rounding import input_rounding_loss
+    from pydsz.model import runtime
+    from pydsz.model.graph import TFLiteModel
+
+    if args.target_ratio is not None:
+        raise InputError("--max-loss input is a budget, --target-ratio asks for none: give one of them")
+    parsed = TFLiteModel(model)
+    metric = Budget(args.metric, output=args.model_output).for_model(parsed, y is not None).metric
+    loss, steps = input_rounding_loss(model, runtime.fit_inputs(parsed.input_details(), x), y, metric,
+                                      num_threads=args.num_threads)
+    if not args.quiet:
+        print(f"--max-loss input: {loss:.4g} ({metric.spec}: the original model's loss on --data with every input "
+              f"value moved within half its step, {', '.join(f'{s:.4g}' for s in steps)})", flush=True)
+    return Budget(metric, loss, margin=args.margin, output=args.model_output)
 
 
 def _run(args, device: str, executor=None, max_memory=None) -> Run:
@@ -287,10 +305,12 @@ def add_commands(sub) -> None:
     add_data_arguments(p, "calibration data: an .npz with x (or x0, x1, ... / the inputs' names) and, for "
                         "label metrics, y; or a directory of PNG/JPEG images")
     add_metric_arguments(p)
-    p.add_argument("--max-loss", type=float, default=None,
+    p.add_argument("--max-loss", type=max_loss, default=None,
                    help="the largest loss allowed, in the metric's unit: top1/topk/agreement/expected-top1 0.003 = 0.3 points "
                    "(default), output-error 0.01 = 1%% relative error (default), cosine distance (default 0.001), "
-                   "psnr: the lowest PSNR in dB (default 40)")
+                   "psnr: the lowest PSNR in dB (default 40); or 'input': the loss the model's own outputs take "
+                   "when its inputs move within half their rounding step (half a gray level of 8-bit images), "
+                   "measured on --data and printed")
     p.add_argument("--target-ratio", type=float, default=None,
                    help="instead: the least loss with the layers compressed by this ratio")
     add_layer_arguments(p)

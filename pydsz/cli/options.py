@@ -84,6 +84,16 @@ def data_for(args, model_bytes: bytes):
     return load_data(args.data, TFLiteModel(model_bytes), normalize=args.normalize)
 
 
+def max_loss(text: str):
+    """--max-loss: a number, or `input` (pydsz.budget.rounding)."""
+    if text == "input":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid --max-loss {text!r}: give a number (0.003) or input") from None
+
+
 def sparsity(text: str):
     """`0.92` (every FC layer), `fc1=0.92,fc2=0.91` (per layer) or `auto`."""
     if text == "auto":
