@@ -141,3 +141,22 @@ def test_a_cross_fitted_loss_is_what_the_stored_weights_lose_on_samples_they_nev
     fitted = loss(decisions, crossfit.whole)  # the same on the samples their Hessians came from
     assert abs(held - truth) < abs(fitted - truth)
     assert truth < 0.5 * loss(unseen, None)  # and compensating pays
+
+
+def test_a_solve_stays_within_what_the_footprint_counts_for_it():
+    import tracemalloc
+
+    tflite = bundled("lenet300.tflite").read_bytes()
+    x = load_npz(bundled("fmnist_val.npz"))[0][:200]
+    compensator = compensation.Compensator(tflite, runtime.fit_inputs(TFLiteModel(tflite).input_details(), x)[0],
+                                           ["fc1"])
+    compensator.weights("fc1", BOUND)  # the Hessian and its factor, made once
+    tracemalloc.start()
+    try:
+        compensator.weights("fc1", 2 * BOUND)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak > 300 * 784 * 8  # at least the float64 copy the sweep works in
+    # the solve's part of "a Hessian at work" (the Hessian's own, its patches, is larger on this small layer)
+    assert peak <= compensation.SOLVE_COPIES * 8 * 300 * 784 <= compensator.footprint()["a Hessian at work"]

@@ -44,6 +44,10 @@ SHARED_SAMPLES = ("the compensation's Hessians come from the same samples the bo
 # Compensated weights kept for the next call at the same (layer, bound), up to this many bytes per
 # Compensator: verification's trials measure every layer's bound again with one of them changed
 SOLVED_BYTES = 64 << 20
+# A layer's solve holds about this many float64 copies of it at its peak (the sweep's working matrix, its
+# columns in act-order, the error blocks' products and the results: 4.8 measured on BirdNET's 6522x1024
+# location head, besides what the allocator keeps)
+SOLVE_COPIES = 6
 # Cross-fitting splits the data in two; below this many samples each half's Hessians say too little
 # for compensation to pay, and it stays off unless asked for (then fitted on the data, with the warning)
 CROSSFIT_SAMPLES = 16
@@ -103,7 +107,9 @@ class Compensator:
         return {"calibration data": sum(np.asarray(a).nbytes for a in inputs),
                 "compensation factors": sum(hessian_bytes(l) // 3 for l in layers),
                 "compensated weights kept": min(SOLVED_BYTES, sum(l.nbytes for l in layers)),
-                "a Hessian at work": max(map(hessian_bytes, layers), default=0) + 3 * 8 * PATCH_VALUES}
+                # a layer's Hessian is made, then solved with: the larger of the two at a time
+                "a Hessian at work": max(max(map(hessian_bytes, layers), default=0) + 3 * 8 * PATCH_VALUES,
+                                         max((SOLVE_COPIES * 8 * int(np.prod(l.shape)) for l in layers), default=0))}
 
     def __getstate__(self) -> dict:
         # another process (a Dask worker) computes the factors it needs: they are layer-sized squared,
@@ -163,7 +169,9 @@ class CrossFit:
         self.whole = Compensator(tflite_bytes, x, layers, num_threads=num_threads)
         self.folds = [(halves[1 - k], Compensator(tflite_bytes, _take(x, halves[k]), layers, num_threads=num_threads))
                       for k in (0, 1)]
-        self.layers, self.warnings = self.whole.layers, self.whole.warnings
+        # the Hessians' rank (rank_warnings) needs no warning: a compensation that fits its samples only
+        # shows as loss on the other half, where the choice of bounds weighs it
+        self.layers, self.warnings = self.whole.layers, []
 
     def weights(self, name: str, bound: float) -> np.ndarray:
         return self.whole.weights(name, bound)
