@@ -20,6 +20,9 @@ from pydsz.model import runtime
 SAMPLE_VALUES = 1 << 20
 # How far from the grid a value may lie (in steps) and still be on it: float rounding of k * step
 ON_GRID = 1e-3
+# The finest grid told from float32 values: their own rounding at most this share of a step (16-bit audio's
+# 1/32768 on +-1 is 0.004 of one; a random float's smallest gap is one rounding step)
+MAX_ROUNDING = 1 / 64
 
 
 def input_step(x: np.ndarray, name: str = "the data") -> float:
@@ -35,11 +38,15 @@ def input_step(x: np.ndarray, name: str = "the data") -> float:
     if values.size < 2:
         raise InputError(f"{name}: every value is the same, so its rounding step cannot be told: give --max-loss "
                          "a number")
-    span = values[-1] - values[0]
-    # the smallest gap, refined over the whole span: float32 values k * step carry rounding of their own
-    step = float(span / np.round(span / np.min(np.diff(values))))
+    span, gaps = values[-1] - values[0], np.diff(values)
+    # the neighbouring levels' mean gap, refined over the whole span: float32 values k * step carry
+    # rounding of their own, as large as a few float32 steps of the largest value
+    near = gaps[gaps < 1.5 * np.min(gaps)]
+    step = float(span / np.round(span / np.mean(near)))
     offset = (values - values[0]) / step
-    if np.max(np.abs(offset - np.round(offset))) > ON_GRID:
+    # float32 rounding of the values, in steps: a grid as fine as that is no precision of the data's own
+    rounding = float(np.finfo(np.float32).eps) * float(np.max(np.abs(values))) / step
+    if rounding > MAX_ROUNDING or np.max(np.abs(offset - np.round(offset))) > ON_GRID + 8 * rounding:
         raise InputError(f"{name}: its values lie on no grid of one step (float data of unknown precision), so "
                          "--max-loss input has no rounding to measure: give --max-loss a number")
     return step
