@@ -196,3 +196,23 @@ def test_an_index_of_another_pattern_is_refused():
         codec.encode_sparse(moved, 1e-3, index=codec.sparse_index(w))
     # the values may change freely: only the positions matter
     assert codec.decode_sparse(codec.encode_sparse(w * 2, 1e-3, index=codec.sparse_index(w))).shape == w.shape
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), tiny=st.floats(1e-9, 1e-6), predictor=st.sampled_from(["none", "lorenzo", "auto"]))
+def test_a_bound_tiny_beside_the_values_still_codes_within_it(seed, tiny, predictor):
+    # more distinct quantization codes than the Huffman code holds (2^15): the encoder lowers its radius,
+    # the values beyond it stored verbatim (a --max-loss as small as 1e-7 reached this on LeNet-5's fc1)
+    w = np.random.default_rng(seed).normal(scale=0.05, size=(300, 400)).astype(np.float32)
+    w[w < -0.06] = 0
+    sparse = codec.decode_sparse(codec.encode_sparse(w, tiny, predictor=predictor))
+    dense = codec.decompress_array(codec.compress_array(w, tiny, predictor=predictor))
+    for decoded in (sparse, dense):
+        assert np.all(np.abs(decoded.astype(np.float64) - w) <= tiny)
+    assert np.array_equal(sparse == 0, w == 0)  # the sparse stream keeps every non-zero non-zero
+
+
+def test_the_radius_is_lowered_only_where_the_symbols_need_it():
+    w = np.random.default_rng(0).normal(scale=0.05, size=(300, 400)).astype(np.float32)
+    assert codec.sparse_info(codec.encode_sparse(w, 1e-3))["radius"] == 32768
+    assert codec.sparse_info(codec.encode_sparse(w, 1e-6, predictor="none"))["radius"] == 1 << 14

@@ -158,7 +158,9 @@ typedef enum {
                              in the frame for information: finite. Default: the error bound */
     dsz_p_mode = 3,       /* DSZ_MODE_ABS (default) or DSZ_MODE_REL, stored for information */
     dsz_p_predictor = 4,  /* DSZ_PRED_NONE, DSZ_PRED_LORENZO or DSZ_PRED_AUTO (default) */
-    dsz_p_radius = 5      /* quantization radius, 1..DSZ_RADIUS_MAX; 0 sets DSZ_RADIUS_DEFAULT (default) */
+    dsz_p_radius = 5      /* quantization radius, 1..DSZ_RADIUS_MAX; 0 sets DSZ_RADIUS_DEFAULT (default).
+                             The encoders lower it to 2^14 where it would make more distinct symbols than
+                             the Huffman code holds (2^15); the frame records the radius used */
 } dsz_parameter;
 
 /* the values a parameter accepts */

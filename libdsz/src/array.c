@@ -27,7 +27,6 @@ static size_t compress_floats(uint8_t* dst, size_t cap, const float* src, uint64
     f.ndim = ndim;
     for (i = 0; i < ndim; i++) f.shape[i] = shape[i];
     f.mode = p->mode;
-    f.radius = p->radius;
     f.errorBound = p->errorBound;
     f.userBound = p->userBound;
     hs = 48 + 8 * (size_t)ndim;
@@ -36,6 +35,7 @@ static size_t compress_floats(uint8_t* dst, size_t cap, const float* src, uint64
     pred = p->predictor;
     ds = dszi_data_encode(dst + hs, cap - hs, src, (size_t)n, &q, &pred);
     if (dsz_isError(ds)) return ds;
+    f.radius = q.radius;
     f.predictor = pred;
     f.dataRawSize = f.dataStoredSize = ds;
     DSZI_CHECK(dsz_writeFrameHeader(dst, hs, &f));

@@ -272,9 +272,10 @@ DSZI_INLINE uint32_t dszi_huf_decode(const dszi_hufDec* d, dszi_bitReader* r)
 
 /* databody.c: a data section = n values through quantizer + Huffman + outliers */
 size_t dszi_data_bound(size_t n, unsigned radius);
-/* encode; chooses predictor if *predictor == DSZ_PRED_AUTO and writes the choice back */
-size_t dszi_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, const dszi_quant* q,
-                       unsigned* predictor);
+/* encode; chooses predictor if *predictor == DSZ_PRED_AUTO and writes the choice back; lowers
+ * q->radius where its symbols would be more than the Huffman code holds (the frame records q->radius) */
+size_t dszi_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, dszi_quant* q,
+                        unsigned* predictor);
 
 /* a data section opened for streaming decode */
 typedef struct {

@@ -42,8 +42,19 @@ static unsigned choose_predictor(const dszi_quant* q, const float* src, size_t n
     return bits[1] < 0.99 * bits[0] ? DSZ_PRED_LORENZO : DSZ_PRED_NONE;
 }
 
-size_t dszi_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, const dszi_quant* q,
-                       unsigned* predictor)
+/* The largest radius whose symbols (0 for outliers, 1..2r-1) a canonical Huffman code of lengths
+ * <= DSZI_HUF_MAXLEN always holds */
+#define HUF_RADIUS (1u << (DSZI_HUF_MAXLEN - 1))
+
+static uint32_t distinct(const uint64_t* hist, uint32_t nsym)
+{
+    uint32_t s, m = 0;
+    for (s = 0; s < nsym; s++) m += hist[s] != 0;
+    return m;
+}
+
+size_t dszi_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, dszi_quant* q,
+                        unsigned* predictor)
 {
     uint32_t const nsym = 2 * q->radius;
     uint32_t* sym = (uint32_t*)malloc(sizeof(uint32_t) * (n ? n : 1));
@@ -58,6 +69,13 @@ size_t dszi_data_encode(uint8_t* dst, size_t cap, const float* src, size_t n, co
     if (pred == DSZ_PRED_AUTO) { ret = DSZI_ERROR(memory_allocation); goto done; }
     memset(hist, 0, sizeof(uint64_t) * nsym);
     nOut = dszi_quantize(q, pred, src, n, sym, outl, hist);
+    if (q->radius > HUF_RADIUS && distinct(hist, nsym) > (1u << DSZI_HUF_MAXLEN)) {
+        /* a bound tiny beside the values: more symbols than the code holds. Quantized again within
+           HUF_RADIUS, the values beyond it are stored verbatim; the caller writes q->radius */
+        q->radius = HUF_RADIUS;
+        memset(hist, 0, sizeof(uint64_t) * nsym);
+        nOut = dszi_quantize(q, pred, src, n, sym, outl, hist);
+    }
     ret = dszi_huf_build(&h, hist, nsym);
     if (dsz_isError(ret)) goto done;
     if (cap < 8) { ret = DSZI_ERROR(dstSize_tooSmall); goto done; }

@@ -53,7 +53,7 @@ static size_t encode_floats(uint8_t* dst, size_t cap, const float* w, unsigned d
     f.nnz = nnz;
     f.predictor = pred;
     f.mode = p->mode;
-    f.radius = p->radius;
+    f.radius = q.radius;
     f.indexCodec = codec;
     f.errorBound = p->errorBound;
     f.userBound = p->userBound;

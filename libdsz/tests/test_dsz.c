@@ -128,6 +128,23 @@ static void test_arrays(void)
     }
     round_trip(odd, 16, 1e-3, DSZ_PRED_AUTO, 1);
     free(x);
+    {   /* a bound tiny beside the values: more distinct symbols than the Huffman code holds (2^15), so
+           the encoder quantizes within a radius of 2^14, the frame saying so */
+        size_t const m = 200000;
+        float* y = (float*)malloc(sizeof(float) * m);
+        uint8_t* buf = (uint8_t*)malloc(dsz_compressBound(m, 0));
+        dsz_frameInfo f;
+        size_t csize;
+        unsigned long long shape[1];
+        shape[0] = m;
+        for (i = 0; i < m; i++) y[i] = laplace(0.05);
+        round_trip(y, m, 2e-6, DSZ_PRED_NONE, 0);
+        round_trip(y, m, 2e-6, DSZ_PRED_LORENZO, 0);
+        csize = dsz_compress(buf, dsz_compressBound(m, 0), y, shape, 1, params(2e-6, DSZ_PRED_NONE));
+        CHECK(!dsz_isError(csize) && !dsz_isError(dsz_getFrameInfo(&f, buf, csize)) && f.radius == 1u << 14);
+        free(buf);
+        free(y);
+    }
 }
 
 /* the values an encoder cannot take are refused as they are set, with the codes the encoders gave
