@@ -175,10 +175,12 @@ class Evaluator:
         self._encoded.clear()
 
     def candidate(self, name: str, bound: float) -> np.ndarray:
-        """What layer `name` is encoded from at `bound`: its stored weights, or, with compensation, its
-        compensated float32 weights (on libdsz's grid, zeros kept)."""
+        """What layer `name` is encoded from at `bound` in the assessment: its stored weights, or, with
+        compensation, compensated float32 weights (on libdsz's grid, zeros kept; cross-fitted, a fold's,
+        whose bytes are the file's within a fraction of a percent: pipeline._encoded_model stores the whole
+        data's)."""
         if self.compensator is not None and bound > 0 and name in self.compensator.layers:
-            return self.compensator.weights(name, bound)
+            return self.compensator.sized(name, bound)
         return np.asarray(self.model.stored(name))
 
     def encode(self, name: str, bound: float, pattern=None) -> tuple[bytes, object, tuple]:
@@ -340,12 +342,13 @@ class Evaluator:
     def _folds(self, weights: Mapping[str, np.ndarray], bounds: Mapping[str, float]) -> Optional[list]:
         """Per fold of a cross-fitted compensator: (the samples it measures, `weights` with the compensated
         layers' candidates fitted without those samples); None where no layer of weights is cross-fitted."""
-        folds = getattr(self.compensator, "folds", None)
-        fitted = [n for n in weights if folds and bounds.get(n, 0) > 0 and n in self.compensator.layers]
+        if self.compensator is None or not self.compensator.cross_fitted:
+            return None
+        fitted = [n for n in weights if bounds.get(n, 0) > 0 and n in self.compensator.layers]
         if not fitted:
             return None
         return [(samples, {**weights, **{n: as_weight(c.weights(n, bounds[n]), self.model.layer(n).shape)
-                                         for n in fitted}}) for samples, c in folds]
+                                         for n in fitted}}) for samples, c in self.compensator.folds]
 
     def _held_out(self, folds: list, path) -> dict:
         """The outputs of every sample, each fold's samples with that fold's weights."""

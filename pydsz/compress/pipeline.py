@@ -238,7 +238,7 @@ def compress(
     trials = 0  # evaluations of the verification's tightening steps
     slack = 0.0  # loss the interpreter measured beyond the fast path's (float rounding)
     kind = selection.container_kind(layers)
-    crossfit = getattr(evaluator.compensator, "folds", None) is not None
+    crossfit = evaluator.compensator is not None and evaluator.compensator.cross_fitted
     while True:
         m = evaluator.measure_at(bounds)
         at_risk = budget.risk(m.loss, m.noise)
@@ -372,7 +372,7 @@ def _encoded_model(evaluator: Evaluator, bounds: dict) -> bytes:
     """The model whose weights pack_model encodes: as given, or with the compensated candidates."""
     if evaluator.compensator is None:
         return evaluator.bytes
-    return evaluator.model.replace({name: evaluator.candidate(name, bound) for name, bound in bounds.items()
+    return evaluator.model.replace({name: evaluator.compensator.weights(name, bound) for name, bound in bounds.items()
                                     if bound > 0 and name in evaluator.compensator.layers})
 
 
