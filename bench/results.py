@@ -866,14 +866,14 @@ def anchor(title: str) -> str:
     return keep.replace(" ", "-")
 
 
-def headline(ref: dict, anchors: list, large: dict, h2h: dict | None = None, auto: dict | None = None) -> list:
-    """The README's results: the reference table and a sentence on the anchors, the large models and auto
-    sparsity."""
+def headline(ref: dict, anchors: list, large: dict, zoo: dict | None = None, auto: dict | None = None) -> list:
+    """The README's results: the reference table, a sentence on the anchors, the large models and auto
+    sparsity, and the zoo's table (zoo_rows)."""
     minutes = sum(m["seconds"]["total"] for m in ref["models"].values()) / 60
-    out = [f"DeepSZ's table on the bundled models, Fashion-MNIST (`python3 bench/reference.py --quiet`, {minutes:.0f}",
+    out = [f"DeepSZ's table on the bundled models, Fashion-MNIST (`python3 bench/reference.py --quiet`, {minutes:.0f} "
            f"minutes on {ref['machine']['cpus']} cores): prune and compress within {100 * ref['max_loss']:g} top-1 points of the unpruned",
-           "model on the validation split, accuracy on the disjoint 10,000-image test split; the ratio is the FC",
-           "layers' float32 bytes over their data + index bytes, as in the paper, whose figures are on MNIST.", ""]
+           "model on the validation split, accuracy on the disjoint 10,000-image test split; the ratio is the FC layers' float32",
+           "bytes over their data + index bytes, as in the paper, whose figures are on MNIST.", ""]
     out += reference_table(ref)
 
     def against(method: str) -> str:
@@ -886,10 +886,9 @@ def headline(ref: dict, anchors: list, large: dict, h2h: dict | None = None, aut
 
     shapes = {r["model"]: r for r in large["rows"]}
     a, v = shapes["alexnet"], shapes["vgg16"]
-    out += ["On the same pruned models (`python3 bench/anchors.py`), at equal test loss pydsz stores fewer FC bytes",
-            f"than DeepSZ as published ({against('DeepSZ')})",
-            f"and than Deep Compression ({against('Deep Compression')}).",
-            f"AlexNet- and VGG-16-shaped models on Fashion-MNIST (`python3 bench/large_models.py`) reach {a['fc_ratio']:.1f}x",
+    out += ["On the same pruned models (`python3 bench/anchors.py`), at equal test loss pydsz stores fewer FC bytes than "
+            f"DeepSZ as published ({against('DeepSZ')}) and than Deep Compression ({against('Deep Compression')}).",
+            f"AlexNet- and VGG-16-shaped models on Fashion-MNIST (`python3 bench/large_models.py`) reach {a['fc_ratio']:.1f}x "
             f"and {v['fc_ratio']:.1f}x, test top-1 {-a['top1_loss_points']:+.2f} and {-v['top1_loss_points']:+.2f} points "
             f"against the unpruned models (DeepSZ on ImageNet: {a['deepsz_fc_ratio']}x and {v['deepsz_fc_ratio']}x)."]
     if auto is not None:
@@ -901,12 +900,25 @@ def headline(ref: dict, anchors: list, large: dict, h2h: dict | None = None, aut
                     "(`python3 bench/auto_sparsity.py`): " + "; ".join(
                         f"{names[c]} {', '.join(x for x in v if x != '-')}" for c, v in shares.items()
                         if any(x != "-" for x in v)) + ".")
-    if h2h is not None:
-        out += ["", "Conv models by others as given, against what users pick instead (`python3 bench/head_to_head.py`: "
-                "`dsz bench MODEL --layers all --data calib/ --test test/ --calibration hessian/ --normalize 0,1`),",
-                "whole files zstd -19 at equal output drift on unseen photos:", ""]
-        out += head_to_head_rows(h2h)
+    if zoo is not None:
+        out += ["", "The defaults on nine models others ship in PyPI wheels (`nice -n 10 python3 bench/zoo.py`: `dsz compress MODEL "
+                "--data decision.npz --metric output-error --max-loss 0.01 --layers all`, 32-128 decision samples),",
+                "judged on a test split from other recordings and photos, against the best of zstd -19 of the file, "
+                "float16 and per-channel int-b + zstd -19 at the same test drift:", ""]
+        out += zoo_rows(zoo)
     return out
+
+
+def zoo_rows(zoo: dict) -> list:
+    """The README's zoo table: per model its bytes, against the best alternative, its test drift and time."""
+    rows = []
+    for r in zoo["runs"]:
+        if "failed" in r:
+            rows.append([r["model"], f"{r['model_bytes']:,}", "failed", "", "", ""])
+            continue
+        rows.append([r["model"], f"{r['model_bytes']:,}", f"{r['dsz_bytes']:,}", f"**{r['vs_best']:.2f}x**",
+                     f"{pct(r['test_loss'])} of {pct(r['budget'], 0)}" + ("" if r["held"] else " (over)"), f"{r['seconds']:.0f}"])
+    return table(["model", "file B", ".dsz B", "vs best alternative", "test drift of budget", "s"], rows)
 
 
 def _generated(text: str, body: list) -> str:
@@ -918,7 +930,7 @@ def _generated(text: str, body: list) -> str:
 def readme_with_table(readme: str, root: Path = RESULTS) -> str:
     """README.md with its generated results replaced by what the JSON files give."""
     body = headline(load("reference.json", root), [load(f"anchors_{n}.json", root) for n in ("lenet300", "lenet5")],
-                    load("large_models.json", root), load("head_to_head.json", root), load("auto_sparsity.json", root))
+                    load("large_models.json", root), load("zoo.json", root), load("auto_sparsity.json", root))
     return _generated(readme, body)
 
 
