@@ -45,7 +45,7 @@ from pydsz.model.data import load_npz  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.prune import auto_retrain  # noqa: E402
 from pydsz.prune.retraining import _fc_layers, _trainable_tail  # noqa: E402
-from pydsz.prune.train import Retraining, logits  # noqa: E402
+from pydsz.prune.train import Retraining, _softmax, logits  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 HELDOUT = Path(os.environ.get("DSZ_HELDOUT_CACHE", Path.home() / ".cache" / "pydsz" / "heldout"))
@@ -55,9 +55,7 @@ PLANS = ((0.8, 0.9, 0.0), (0.9, 0.9, 0.5), (0.93, 0.9, 0.7), (0.95, 0.93, 0.7), 
 
 
 def softmax(z: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    z = np.asarray(z, np.float64) / temperature
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    return _softmax(np.asarray(z, np.float64) / temperature)
 
 
 def temperature(z: np.ndarray, y: np.ndarray) -> float:
