@@ -52,6 +52,27 @@ def test_float16_weights_are_compensated_in_float16(calibration):
         0.8 * _layer_output_error(tflite, "fc2", plain.astype(np.float64), calibration)
 
 
+@pytest.mark.runtime
+def test_a_difference_from_held_values_is_compensated_on_its_grid(calibration):
+    # a model update's layer (pydsz.compress.diff): the device holds other values (here the layer moved
+    # and coarsely coded) and adds a coded difference to them
+    tflite = bundled("lenet300.tflite").read_bytes()
+    w = np.asarray(TFLiteModel(tflite).weight("fc2"))
+    moved = w + 0.01 * np.random.default_rng(0).standard_normal(w.shape).astype(np.float32)
+    held = codec.decompress_array(codec.compress_array(moved, 0.03))
+    c = compensation.Compensator(tflite, calibration, ["fc2"])
+    c.predict_from({"fc2": held})
+    r = c.weights("fc2", BOUND)
+    assert r.dtype == np.float32
+    # the device's float32 sum of the held values and the decoded difference gives these values exactly
+    assert np.array_equal(codec.decode_delta(codec.encode_delta(r, held, BOUND), held), r)
+    plain = codec.decode_delta(codec.encode_delta(w, held, BOUND), held)
+    assert _layer_output_error(tflite, "fc2", r, calibration) < 0.8 * _layer_output_error(tflite, "fc2", plain,
+                                                                                            calibration)
+    # a bound beyond the difference codes nothing: the held values stay
+    assert np.array_equal(c.weights("fc2", 10.0), held)
+
+
 def test_rounded_is_libdsz_reconstruction():
     x = np.random.default_rng(3).normal(scale=0.05, size=1000).astype(np.float32)
     r = compensation.rounded(x, 0.01).astype(np.float32)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import pydsz
 from pydsz.budget.rule import Budget
+from pydsz.compress.compensation import Compensation
 from pydsz.compress.diff import _entries, _patched, diff
 from pydsz.errors import FormatError, InputError
 from pydsz.format import codec
@@ -73,15 +74,27 @@ def head_update(lenet300_model, held, val):
     return new, diff(held_model(held), new, x, y, Budget("top1", 0.01))
 
 
-def test_update_applies_to_the_servers_bytes_within_budget_and_bounds(held, head_update, val):
-    new, result = head_update
+@pytest.mark.parametrize("compensate", [True, False])
+def test_update_applies_to_the_servers_bytes_within_budget_and_bounds(held, head_update, lenet300_model, val,
+                                                                      compensate):
+    new, result = head_update if compensate else (head_update[0], diff(
+        held_model(held), head_update[0], *val, Budget("top1", 0.01), compensation=Compensation(enabled=False)))
     assert patch(held, result.update) == result.patched
     assert result.loss <= 0.01
     x, y = val
     from pydsz.model.runtime import accuracy
 
     assert accuracy(new, x, y) - accuracy(result.patched, x, y) <= 0.01
-    within_bounds(result, new)
+    if compensate:
+        # the bound holds on the values stored: the held values plus a compensated difference on its grid
+        base, patched = TFLiteModel(held_model(held)), TFLiteModel(result.patched)
+        delta = [l for l in result.layers if l.kind == "delta"]
+        assert delta
+        for l in delta:
+            w, b = patched.weight(l.name), base.weight(l.name)
+            assert np.array_equal(codec.decode_delta(codec.encode_delta(w, b, l.bound), b), w)
+    else:
+        within_bounds(result, new)
     # a fraction of shipping the whole model again at the base's bound
     assert len(result.update) < len(held) / 3
     assert {l.name for l in result.layers} == {"fc1", "fc2", "fc3"}
@@ -157,7 +170,7 @@ def test_every_patched_value_is_within_its_bound(seed, scale, change, relative):
     new = {n: (w + change * scale * rng.standard_normal(w.shape)).astype(np.float32) for n, w in held.items()}
     held_bytes, new_bytes = shared.replace(held), shared.replace(new)
     bounds = {n: relative * scale for n in new}
-    entries, _ = _entries(TFLiteModel(held_bytes), TFLiteModel(new_bytes), bounds, held)
+    entries, _ = _entries(TFLiteModel(held_bytes), TFLiteModel(new_bytes), TFLiteModel(new_bytes), bounds, held)
     patched = TFLiteModel(_patched(held_bytes, new_bytes, entries))
     for e in entries:
         gap = np.abs(patched.weight(e.name).astype(np.float64) - new[e.name]).max()
@@ -288,5 +301,5 @@ def test_a_layer_moved_farther_than_its_scale_goes_afresh_as_assessed(lenet300_m
     new = lenet300_model.replace({"fc2": small})
     evaluator = Evaluator(new, np.zeros((4, 28, 28), np.uint8), None, ["fc2"], "output-error")
     evaluator.predict_from({"fc2": w})
-    entries, _ = _entries(TFLiteModel(lenet300), TFLiteModel(new), {"fc2": 0.002}, {"fc2": w})
+    entries, _ = _entries(TFLiteModel(lenet300), TFLiteModel(new), TFLiteModel(new), {"fc2": 0.002}, {"fc2": w})
     assert entries[0].kind in ("dense", "sparse") and entries[0].stream == evaluator.encode("fc2", 0.002)[0]

@@ -172,6 +172,8 @@ class Evaluator:
             if self.model.layer(name).stored_dtype != "FLOAT32":
                 raise InputError(f"layer {name}: a difference is coded for float32 weights only")
             self.prediction[name] = np.asarray(values, np.float32).reshape(self.model.layer(name).shape)
+        if self.compensator is not None:
+            self.compensator.predict_from(self.prediction)
         self._encoded.clear()
 
     def candidate(self, name: str, bound: float) -> np.ndarray:
@@ -189,7 +191,7 @@ class Evaluator:
         device adds to the values it holds in one pass; (stream, data, index bytes)). A predicted
         layer's candidate is the smaller of its difference and its values afresh (encode_update)."""
         if name in self.prediction and bound > 0:
-            return encode_update(self.model.stored(name), self.prediction[name], bound,
+            return encode_update(self.candidate(name, bound), self.prediction[name], bound,
                                  self.candidate_pattern(name, pattern))
         w = codec.stored_array(self.candidate(name, bound))
         return encode(w, bound, self.candidate_pattern(name, pattern))

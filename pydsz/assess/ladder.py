@@ -62,6 +62,9 @@ class Point:
     lost: int = 0  # samples whose loss grew
     gained: int = 0  # samples whose loss shrank
     estimated: bool = False
+    # a model update's candidate that keeps the values a device holds (pydsz.compress.diff): not a
+    # point of the curve of bounds, whose loss is made non-decreasing without it
+    held: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)

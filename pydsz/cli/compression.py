@@ -1,10 +1,9 @@
 """DeepSZ's pipeline as commands: compress (within a loss budget), prune, and demo (both on a bundled model)."""
 from __future__ import annotations
 
-import os
-
 from pydsz.cli.options import (
     add_cache_argument,
+    add_compensation_arguments,
     add_data_arguments,
     add_device_argument,
     add_layer_arguments,
@@ -12,6 +11,8 @@ from pydsz.cli.options import (
     add_output_arguments,
     add_progress_arguments,
     add_retraining_arguments,
+    calibration_for,
+    calibration_inputs,
     data_for,
     load_tflite,
     max_loss,
@@ -26,20 +27,6 @@ from pydsz.cli.options import (
 )
 from pydsz.context import Run
 from pydsz.errors import InputError
-
-
-def _calibration(args, model_bytes: bytes):
-    """--calibration (an .npz or a directory of images, labels unused) for this model, or None;
-    --normalize maps its pixels when it is a directory of images."""
-    from pydsz.model.data import load_data
-    from pydsz.model.graph import TFLiteModel
-
-    if args.calibration is None:
-        return None
-    if args.compensate is False:
-        raise InputError("--calibration builds the Hessians of the compensation, which --no-compensate turns off")
-    normalize = args.normalize if os.path.isdir(args.calibration) else None
-    return load_data(args.calibration, TFLiteModel(model_bytes), normalize=normalize)[0]
 
 
 def cmd_compress(args) -> None:
@@ -76,7 +63,7 @@ def cmd_compress(args) -> None:
     if args.train and not args.prune:
         raise InputError("--train is the training set of --prune auto: give --prune auto too, or prune apart "
                          "(dsz prune)")
-    calibration = None if args.prune else _calibration(args, model)
+    calibration = None if args.prune else calibration_for(args, model)
     budget = _budget(args, model, x, y)
     executor = make_executor(args.cluster, args.workers, device)
     split = None
@@ -126,7 +113,7 @@ def _compress_pruned(args, model: bytes, x, y, budget, device: str, executor):
         raise InputError("--prune auto calibrates one-shot pruning on --calibration; with --compensate give the "
                          "steps apart (dsz prune, then dsz compress --compensate --calibration)")
     train = load_npz(args.train) if args.train else None
-    calibration = _calibration_inputs(args, model) if args.calibration else None
+    calibration = calibration_inputs(args, model) if args.calibration else None
     pruning = Pruning(train, calibration, Retraining(epochs=args.epochs, distill=args.distill))
     return compress_pruned(model, x, y, budget, layers=Selection(args.layers, args.min_layer_bytes),
                            pruning=pruning, compensate=args.compensate, run=_run(args, device, executor))
@@ -157,15 +144,6 @@ def _budget(args, model: bytes, x, y):
 
 def _run(args, device: str, executor=None, max_memory=None) -> Run:
     return Run(args.num_threads, device, executor, progress=progress(args), max_memory=max_memory)
-
-
-def _calibration_inputs(args, model_bytes: bytes):
-    """--calibration's inputs for one-shot pruning (an .npz or a directory of images, labels unused)."""
-    from pydsz.model.data import load_data
-    from pydsz.model.graph import TFLiteModel
-
-    normalize = args.normalize if os.path.isdir(args.calibration) else None
-    return load_data(args.calibration, TFLiteModel(model_bytes), normalize=normalize)[0]
 
 
 def _prune_sparsity(text: str):
@@ -317,19 +295,7 @@ def add_commands(sub) -> None:
     p.add_argument("--margin", type=float, default=1.0,
                    help="standard deviations of the data's noise kept in hand when choosing bounds "
                    "(default 1; 0 trusts the measured losses as they are and overfits the data)")
-    compensation = p.add_mutually_exclusive_group()
-    compensation.add_argument("--compensate", action="store_const", const=True, default=None,
-                              help="encode GPTQ-compensated weights: each value's quantization error is pushed into "
-                              "the weights not yet quantized through the inverse Hessian of the layer's inputs, so "
-                              "the outputs move less at the same bound (the default: the Hessians from "
-                              "--calibration, or cross-fitted on --data, each half's loss measured with the weights "
-                              "compensated on the other half; with fewer than 16 samples only when asked for)")
-    compensation.add_argument("--no-compensate", dest="compensate", action="store_const", const=False,
-                              help="no compensation")
-    p.add_argument("--calibration", metavar="PATH", default=None,
-                   help="more inputs for the compensation's Hessians (an .npz with x, or a directory of "
-                   "images, mapped by --normalize; no labels needed), disjoint from --data, used instead of "
-                   "cross-fitting --data")
+    add_compensation_arguments(p)
     p.add_argument("--prune", choices=["auto"], default=None,
                    help="auto: prune first, DeepSZ's whole pipeline under the one --max-loss, split between "
                    "pruning (auto sparsity: the plan of the smallest file within its share) and the bounds, and "

@@ -244,6 +244,41 @@ def layers(text: str) -> str:
     return text
 
 
+def add_compensation_arguments(p) -> None:
+    compensation = p.add_mutually_exclusive_group()
+    compensation.add_argument("--compensate", action="store_const", const=True, default=None,
+                              help="encode GPTQ-compensated weights: each value's quantization error is pushed into "
+                              "the weights not yet quantized through the inverse Hessian of the layer's inputs, so "
+                              "the outputs move less at the same bound (the default: the Hessians from "
+                              "--calibration, or cross-fitted on --data, each half's loss measured with the weights "
+                              "compensated on the other half; with fewer than 16 samples only when asked for)")
+    compensation.add_argument("--no-compensate", dest="compensate", action="store_const", const=False,
+                              help="no compensation")
+    p.add_argument("--calibration", metavar="PATH", default=None,
+                   help="more inputs for the compensation's Hessians (an .npz with x, or a directory of "
+                   "images, mapped by --normalize; no labels needed), disjoint from --data, used instead of "
+                   "cross-fitting --data")
+
+
+def calibration_for(args, model_bytes: bytes):
+    """--calibration's inputs for the compensation, or None."""
+    if args.calibration is None:
+        return None
+    if args.compensate is False:
+        raise InputError("--calibration builds the Hessians of the compensation, which --no-compensate turns off")
+    return calibration_inputs(args, model_bytes)
+
+
+def calibration_inputs(args, model_bytes: bytes):
+    """--calibration (an .npz or a directory of images, labels unused) for this model; --normalize maps
+    its pixels when it is a directory of images."""
+    from pydsz.model.data import load_data
+    from pydsz.model.graph import TFLiteModel
+
+    normalize = args.normalize if os.path.isdir(args.calibration) else None
+    return load_data(args.calibration, TFLiteModel(model_bytes), normalize=normalize)[0]
+
+
 def add_layer_arguments(p) -> None:
     from pydsz.model.selection import MIN_LAYER_BYTES
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import sys
 
 from pydsz.cli.options import (
+    add_compensation_arguments,
     add_data_arguments,
     add_device_argument,
     add_layer_arguments,
     add_metric_arguments,
     add_output_arguments,
+    calibration_for,
     data_for,
     load_tflite,
     progress,
@@ -19,6 +21,7 @@ from pydsz.cli.options import (
 
 def cmd_diff(args) -> None:
     from pydsz.budget.rule import Budget
+    from pydsz.compress.compensation import Compensation
     from pydsz.compress.diff import diff
     from pydsz.context import Run
     from pydsz.format.files import check_output, write_atomic
@@ -26,12 +29,13 @@ def cmd_diff(args) -> None:
     from pydsz.model.selection import Selection
     from pydsz.tables import format_table
 
-    check_output(args.output, args.base, args.model, args.data, what="-o output")
+    check_output(args.output, args.base, args.model, args.data, args.calibration, what="-o output")
     base = held_model(args.base)
     new = load_tflite(args.model, warn=not args.quiet)
     x, y = data_for(args, new)
     result = diff(base, new, x, y, Budget(args.metric, args.max_loss, margin=args.margin, output=args.model_output),
                   layers=Selection(args.layers, args.min_layer_bytes),
+                  compensation=Compensation(enabled=args.compensate, calibration=calibration_for(args, new)),
                   run=Run(args.num_threads, resolve_device(args), progress=progress(args)))
     write_atomic(args.output, result.update)
     if args.quiet:
@@ -81,6 +85,7 @@ def add_commands(sub) -> None:
     p.add_argument("--margin", type=float, default=1.0, help="standard deviations of the data's noise kept in hand "
                    "(default 1)")
     add_layer_arguments(p)
+    add_compensation_arguments(p)
     add_device_argument(p)
     add_output_arguments(p, "output .dszu file")
     p.set_defaults(func=cmd_diff)

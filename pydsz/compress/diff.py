@@ -18,11 +18,14 @@ from typing import Optional, Union
 
 import numpy as np
 
-from pydsz.assess import plan
+from pydsz.assess import plan, tasks
 from pydsz.assess.evaluator import Evaluator
 from pydsz.assess.executor import Local
+from pydsz.assess.ladder import Point
 from pydsz.budget.rule import Budget
-from pydsz.compress.pipeline import _plan, _tighten, compress
+from pydsz.compress.compensation import Compensation
+from pydsz.compress.compensation import for_model as compensation_for
+from pydsz.compress.pipeline import _encoded_model, _plan, _tighten, compress
 from pydsz.context import Run
 from pydsz.encode import update as writer
 from pydsz.encode.tensor import DELTA, encode, encode_update
@@ -86,10 +89,12 @@ def same_graph(base: TFLiteModel, new: TFLiteModel) -> None:
 
 
 def diff(base: bytes, new: bytes, x, y=None, budget: Union[None, float, Budget] = None, *,
-         layers: Union[str, Selection] = "fc", run: Run = Run()) -> DiffResult:
+         layers: Union[str, Selection] = "fc", compensation: Compensation = Compensation(),
+         run: Run = Run()) -> DiffResult:
     """The update from `base` (the .tflite bytes a device holds: a .tflite, or a .dsz's decoded) to
     `new`, the loss of the patched model against `new` within `budget` on (x, y) (pipeline.compress's
-    arguments). Where the update would cost a sizeable share of coding every changed layer afresh
+    arguments). Compensated as compress is: a delta-coded layer's difference from the held values is
+    compensated (Compensator.predict_from), and its bound holds on the values it stores. Where the update would cost a sizeable share of coding every changed layer afresh
     (an unrelated model of the same graph), the whole .dsz `dsz compress` makes is tried too, and
     the update carries it instead where that is smaller."""
     base, new = bytes(base), bytes(new)
@@ -105,17 +110,21 @@ def diff(base: bytes, new: bytes, x, y=None, budget: Union[None, float, Budget] 
         return DiffResult(writer.write(base, new, new, []), new, unchanged, budget.metric, 0.0, budget.max_loss, 0,
                           len(new), seconds=time.perf_counter() - start)
     x = runtime.fit_inputs(model.input_details(), x)
-    evaluator = Evaluator(new, x, y, changed, budget.metric, run=run)
+    # compensated as dsz compress is (cross-fitted on the data), each delta-coded layer's difference from
+    # the held values (Compensator.predict_from)
+    compensator, notes = (compensation_for(new, changed, x, compensation.calibration, run.num_threads)
+                          if compensation.on(len(x[0])) else (None, []))
+    evaluator = Evaluator(new, x, y, changed, budget.metric, run=run, compensator=compensator)
     evaluator.predict_from({n: held.weight(n) for n in changed if _delta_coded(held, model, n)})
     n = evaluator.samples
-    warnings = budget.warnings(n) + evaluator.notes
+    warnings = budget.warnings(n) + notes + evaluator.notes
     made = _update(held, model, evaluator, budget, run)
     result = DiffResult(made.update, made.patched, [
         DiffLayer(name, made.kinds.get(name, "lossless"), bound, made.sizes.get(name, 0), model.layer(name).nbytes)
         for name, bound in made.bounds.items()] + unchanged, budget.metric, made.loss / n, budget.max_loss, n,
         len(new), made.evaluations, 0.0, warnings)
     if len(made.update) > WHOLE_SHARE * made.afresh:
-        whole = compress(new, x, y, budget, layers=choice, run=run)
+        whole = compress(new, x, y, budget, layers=choice, compensation=compensation, run=run)
         update = writer.write_whole(base, whole.dsz, new_model(whole.dsz))
         if len(update) < len(made.update):
             result = replace(result, update=update, patched=new_model(whole.dsz), loss=whole.loss,
@@ -154,8 +163,11 @@ def _update(held: TFLiteModel, model: TFLiteModel, evaluator: Evaluator, budget:
 
     assessment = plan.assess(evaluator, changed, allowed, progress=run.progress, executor=executor, choose=choose)
     table = assessment.table
+    for name in evaluator.prediction:
+        point = _held_point(evaluator, name)
+        table[name] = [p for p in table[name] if p.bound < point.bound] + [point]
     bounds = choose(table) or {name: 0.0 for name in changed}
-    evaluations, slack = assessment.evaluations, 0.0
+    evaluations, slack = assessment.evaluations + len(evaluator.prediction), 0.0
     while True:
         m = evaluator.measure_at(bounds)
         evaluations += 1
@@ -164,7 +176,8 @@ def _update(held: TFLiteModel, model: TFLiteModel, evaluator: Evaluator, budget:
             bounds, tried = _tighten(executor, table, bounds, allowed - slack, budget.risk(m.loss, m.noise), margin)
             evaluations += tried
             continue
-        entries, afresh = _entries(held, model, bounds, evaluator.prediction)
+        entries, afresh = _entries(held, model, TFLiteModel(_encoded_model(evaluator, bounds)), bounds,
+                                   evaluator.prediction)
         patched = _patched(held.data, model.data, entries)
         measured = evaluator.measure_model(patched).loss
         evaluations += 1
@@ -174,6 +187,21 @@ def _update(held: TFLiteModel, model: TFLiteModel, evaluator: Evaluator, budget:
     return _Made(writer.write(held.data, model.data, patched, entries), patched, bounds,
                  {e.name: e.kind for e in entries}, {e.name: len(e.stream) for e in entries}, measured, afresh,
                  evaluations)
+
+
+def _held_point(evaluator: Evaluator, name: str) -> Point:
+    """A predicted layer's candidate that keeps the values the device holds: its difference coded at a
+    bound beyond every difference, all zeros, a stream of some 100 bytes. The bounds below it move the
+    values towards the new ones, and the outputs need not follow: where the held values were
+    compensated (a .dsz compress made), moving part of them undoes part of the compensation
+    (LeNet-300-100 fine-tuned in fc2-fc3: its unchanged fc1 held, 0.04 points for 97 bytes; its
+    difference coded at a quarter of the base's bound, 78 KB and more loss), so this point is
+    measured on its own and kept off the curve's smoothing (expected_losses)."""
+    new, held = np.asarray(evaluator.model.stored(name), np.float32), evaluator.prediction[name]
+    largest = max(float(np.abs(new).max(initial=0.0)), float(np.abs(held).max(initial=0.0)))
+    # beyond the largest difference by more than the ulps encode_delta takes off the bound
+    bound = 1.001 * float(np.abs(new - held).max(initial=0.0)) + 8 * float(np.spacing(np.float32(largest)))
+    return replace(tasks.measure_point(evaluator, name, bound), held=True)
 
 
 def _patched(base: bytes, new: bytes, entries: list[UpdateEntry]) -> bytes:
@@ -192,15 +220,17 @@ def _delta_coded(held: TFLiteModel, model: TFLiteModel, name: str) -> bool:
     return layer.stored_dtype == "FLOAT32" and not np.any(new_zero & (np.asarray(held.stored(name)) != 0))
 
 
-def _entries(held: TFLiteModel, model: TFLiteModel, bounds: dict, prediction: dict) -> tuple[list, int]:
+def _entries(held: TFLiteModel, model: TFLiteModel, encoded: TFLiteModel, bounds: dict,
+             prediction: dict) -> tuple[list, int]:
     """Each changed layer of a bound > 0 as the update stores it, the candidate the assessment
-    measured: a predicted layer's difference from the held values or its values afresh, whichever is
-    smaller (encode_update), any other afresh; and the bytes of coding them all afresh."""
+    measured (from `encoded`: the new model with the compensated weights at the bounds): a predicted
+    layer's difference from the held values or its values afresh, whichever is smaller
+    (encode_update), any other afresh; and the bytes of coding them all afresh."""
     entries, afresh = [], 0
     for name, bound in bounds.items():
         if bound <= 0:
             continue  # lossless: the rest carries the new bytes
-        layer, stored = model.layer(name), codec.stored_array(np.asarray(model.stored(name)))
+        layer, stored = model.layer(name), codec.stored_array(np.asarray(encoded.stored(name)))
         afresh += len(encode(stored, bound, None)[0])
         stream, dense, _ = encode_update(stored, prediction.get(name), bound)
         kind = "delta" if dense is DELTA else "dense" if dense else "sparse"

@@ -141,9 +141,14 @@ def _monotone(values: list[float]) -> list[float]:
 def expected_losses(points: list[Point], margin: float) -> list[float]:
     """Each point's loss as the optimizer sees it (summed over samples): loss + margin * noise, made
     non-decreasing in the bound. A larger bound cannot be expected to lose less; a dip in the
-    measured curve is noise, and picking it would fit the validation set instead of the data."""
+    measured curve is noise, and picking it would fit the validation set instead of the data. A held
+    point (a model update's values left as the device holds them) is off that curve: its own risk."""
     risks = [0.0 if p.bound == 0 else risk(p.loss, p.noise, margin) for p in points]
-    return _monotone(risks)
+    curve = [k for k, p in enumerate(points) if not p.held]
+    out = list(risks)
+    for k, smoothed in zip(curve, _monotone([risks[k] for k in curve])):
+        out[k] = smoothed
+    return out
 
 
 def _plan(table: dict[str, list[Point]], n: int, allowed: float, max_size: Optional[int],

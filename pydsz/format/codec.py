@@ -250,13 +250,19 @@ def encode_delta(target: np.ndarray, base: np.ndarray, error_bound: float) -> by
     the largest magnitude, which the difference's own bound leaves free."""
     t = np.ascontiguousarray(target, np.float32)
     b = np.ascontiguousarray(base, np.float32).reshape(t.shape)
-    largest = max(float(np.abs(t).max(initial=0.0)), float(np.abs(b).max(initial=0.0)))
-    bound = float(error_bound) - 4 * float(np.spacing(np.float32(largest)))
+    bound = delta_bound(t, b, error_bound)
     if not bound > 0:
         return None
     stream = compress_array(t - b, bound)
     out = decode_delta(stream, b)
     return stream if np.abs(out.astype(np.float64) - t).max(initial=0.0) <= error_bound else None
+
+
+def delta_bound(target: np.ndarray, base: np.ndarray, error_bound: float) -> float:
+    """The bound encode_delta quantizes target - base at: error_bound less the four ulps of the
+    largest magnitude that the device's float32 sum may round away (<= 0: none is left)."""
+    largest = max(float(np.abs(target).max(initial=0.0)), float(np.abs(base).max(initial=0.0)))
+    return float(error_bound) - 4 * float(np.spacing(np.float32(largest)))
 
 
 def decode_delta(buf: Any, base: np.ndarray) -> np.ndarray:
