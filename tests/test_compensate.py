@@ -7,7 +7,7 @@ import pytest
 from pydsz.budget.rule import Budget
 from pydsz.compress import compensation
 from pydsz.compress.compensation import Compensation
-from pydsz.format import codec
+from pydsz.format import codec, delta
 from pydsz.model import activations, runtime
 from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
@@ -65,8 +65,8 @@ def test_a_difference_from_held_values_is_compensated_on_its_grid(calibration):
     r = c.weights("fc2", BOUND)
     assert r.dtype == np.float32
     # the device's float32 sum of the held values and the decoded difference gives these values exactly
-    assert np.array_equal(codec.decode_delta(codec.encode_delta(r, held, BOUND), held), r)
-    plain = codec.decode_delta(codec.encode_delta(w, held, BOUND), held)
+    assert np.array_equal(delta.decode(delta.encode(r, held, BOUND), held), r)
+    plain = delta.decode(delta.encode(w, held, BOUND), held)
     assert _layer_output_error(tflite, "fc2", r, calibration) < 0.8 * _layer_output_error(tflite, "fc2", plain,
                                                                                             calibration)
     # a bound beyond the difference codes nothing: the held values stay

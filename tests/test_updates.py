@@ -19,7 +19,7 @@ from pydsz.budget.rule import Budget
 from pydsz.compress.compensation import Compensation
 from pydsz.compress.diff import _entries, _patched, diff
 from pydsz.errors import FormatError, InputError
-from pydsz.format import codec
+from pydsz.format import delta
 from pydsz.format.update import Update, held_model, patch
 from pydsz.model.data import bundled
 from pydsz.model.graph import TFLiteModel
@@ -88,11 +88,11 @@ def test_update_applies_to_the_servers_bytes_within_budget_and_bounds(held, head
     if compensate:
         # the bound holds on the values stored: the held values plus a compensated difference on its grid
         base, patched = TFLiteModel(held_model(held)), TFLiteModel(result.patched)
-        delta = [l for l in result.layers if l.kind == "delta"]
-        assert delta
-        for l in delta:
+        coded = [l for l in result.layers if l.kind == "delta"]
+        assert coded
+        for l in coded:
             w, b = patched.weight(l.name), base.weight(l.name)
-            assert np.array_equal(codec.decode_delta(codec.encode_delta(w, b, l.bound), b), w)
+            assert np.array_equal(delta.decode(delta.encode(w, b, l.bound), b), w)
     else:
         within_bounds(result, new)
     # a fraction of shipping the whole model again at the base's bound
@@ -187,12 +187,12 @@ def test_a_difference_decodes_within_its_bound_of_the_target(seed, n, scale, cha
     base = (scale * rng.standard_normal(n)).astype(np.float32)
     target = (base + scale * change * rng.standard_normal(n)).astype(np.float32)
     bound = relative * scale
-    stream = codec.encode_delta(target, base, bound)
+    stream = delta.encode(target, base, bound)
     largest = max(np.abs(base).max(), np.abs(target).max())
     if stream is None:
         assert bound <= 8 * np.spacing(np.float32(largest))
     else:
-        out = codec.decode_delta(stream, base)
+        out = delta.decode(stream, base)
         assert np.all(np.abs(out.astype(np.float64) - target) <= bound)
 
 

@@ -25,7 +25,7 @@ from pydsz.budget import metrics
 from pydsz.context import Run
 from pydsz.encode.tensor import DELTA, as_weight, decode, encode, encode_update
 from pydsz.errors import InputError
-from pydsz.format import codec
+from pydsz.format import codec, delta
 from pydsz.model import activations, cache, cut, runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.sparse import CSR
@@ -227,7 +227,7 @@ class Evaluator:
         out = {}
         for name, (stream, dense, shape) in streams.items():
             if dense is DELTA:  # the values held plus the difference, by the device's own decoder
-                out[name] = as_weight(codec.decode_delta(stream, self.prediction[name]), shape)
+                out[name] = as_weight(delta.decode(stream, self.prediction[name]), shape)
             elif name in sparse and not dense:
                 out[name] = CSR.from_stream(stream)
             else:

@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from pydsz.errors import InputError
-from pydsz.format import codec
+from pydsz.format import delta
 from pydsz.model import runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.prune.gptq import (
@@ -122,7 +122,7 @@ class Compensator:
 
     def predict_from(self, prediction: Mapping[str, np.ndarray]) -> None:
         """Solve the layers of `prediction` ({layer: the float32 values a device holds}) as their
-        difference from those values, on encode_delta's grid (a model update's delta-coded layers,
+        difference from those values, on pydsz.format.delta.encode's grid (a model update's delta-coded layers,
         pydsz.compress.diff): the weights the device will have are the held values plus the compensated
         difference. Uncompensated, a difference coded at a bound below the held values' own error
         undoes part of that error's compensation (the base's .dsz was compensated too), and the
@@ -173,7 +173,7 @@ class Compensator:
         if held is not None:
             # the sweep is linear in the weights: sweeping the difference from the held values minimises
             # the same output error as sweeping the weights, with the difference's grid as the rounding
-            step_bound = codec.delta_bound(weight, held, bound)
+            step_bound = delta.bound_of(weight, held, bound)
             if float(np.abs(weight - held.reshape(weight.shape)).max(initial=0.0)) < step_bound:
                 # every difference rounds to zero: the held values, which feeding the first columns' errors
                 # onto the later ones would only move (a model update's held point: pydsz.compress.diff)

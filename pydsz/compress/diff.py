@@ -6,8 +6,12 @@ made from, so that errors never accumulate over a chain of updates (a video code
 reconstructed frame the same way). A changed float32 layer whose zeros are zeros of the base too is coded
 as its difference from the base's values (Evaluator.predict_from), which the device adds in one pass
 in C; any other changed layer afresh, as compress would; the smaller of the two where both apply.
-The budget is measured on the model the device will have after patching, against the new one. An
-unchanged layer costs no stream: the rest of the new model goes as a zstd frame against the base.
+As in compress, the difference is compensated (its rounding errors pushed onto the values not yet
+rounded), and leaving a layer's held values as they are is a candidate of its own (_held_point):
+a base compress made holds compensated values, which a difference coded finer than their own error
+would partly undo. The budget is measured on the model the device will have after patching, against
+the new one. An unchanged layer costs no stream: the rest of the new model goes as a zstd frame
+against the base.
 """
 
 from __future__ import annotations
@@ -199,7 +203,7 @@ def _held_point(evaluator: Evaluator, name: str) -> Point:
     measured on its own and kept off the curve's smoothing (expected_losses)."""
     new, held = np.asarray(evaluator.model.stored(name), np.float32), evaluator.prediction[name]
     largest = max(float(np.abs(new).max(initial=0.0)), float(np.abs(held).max(initial=0.0)))
-    # beyond the largest difference by more than the ulps encode_delta takes off the bound
+    # beyond the largest difference by more than the ulps delta.encode takes off the bound
     bound = 1.001 * float(np.abs(new - held).max(initial=0.0)) + 8 * float(np.spacing(np.float32(largest)))
     return replace(tasks.measure_point(evaluator, name, bound), held=True)
 

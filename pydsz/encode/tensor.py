@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 
 from pydsz.encode import pack
-from pydsz.format import codec
+from pydsz.format import codec, delta
 
 # A float layer's `bound 0` option is its bytes in the container's zstd section, sized in parts of
 # this many bytes, each its own task: compressing them is the slowest single step of a large layer's
@@ -60,13 +60,13 @@ DELTA = "delta"
 def encode_update(w: np.ndarray, held: Optional[np.ndarray], bound: float,
                   pattern: Optional[codec.SparseIndex] = None) -> tuple[bytes, object, tuple]:
     """A changed layer of a model update at `bound`: its difference from the `held` float32 values
-    (codec.encode_delta; codec DELTA) where that is smaller than its values afresh (encode's), which
+    (pydsz.format.delta; codec DELTA) where that is smaller than its values afresh (encode's), which
     it is unless the layer moved about as far as its own scale or the held values are far from it.
     held None: afresh."""
     stream, dense, sizes = encode(codec.stored_array(w), bound, pattern)
-    delta = codec.encode_delta(w, held, bound) if held is not None else None
-    if delta is not None and len(delta) < len(stream):
-        return delta, DELTA, (len(delta), len(delta), 0)
+    difference = delta.encode(w, held, bound) if held is not None else None
+    if difference is not None and len(difference) < len(stream):
+        return difference, DELTA, (len(difference), len(difference), 0)
     return stream, dense, sizes
 
 

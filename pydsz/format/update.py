@@ -22,7 +22,7 @@ import zstandard
 
 from pydsz import _core
 from pydsz.errors import DszError, FormatError, InputError
-from pydsz.format import codec
+from pydsz.format import codec, delta
 from pydsz.format.container import CRC, DTYPES, MAGIC, crc, load
 from pydsz.format.files import read_file
 
@@ -204,7 +204,7 @@ def fill(out: np.ndarray, base: bytes, entries: list) -> None:
         try:
             if e.kind == "delta":
                 held = np.frombuffer(source[e.base_offset:e.base_offset + e.nbytes].tobytes(), "<f4")
-                values = codec.decode_delta(e.stream, held)
+                values = delta.decode(e.stream, held)
             elif e.kind == "model":
                 values = np.frombuffer(load(e.stream).tflite_bytes(), np.uint8)
             elif e.kind == "dense":
