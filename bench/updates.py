@@ -1,10 +1,13 @@
 """Model updates over the air (issue 38): what an update from the model a device holds to a new one
 costs, against what a user ships instead, over six update scenarios.
 
-    nice -n 10 python3 bench/updates.py [--models lenet300,lenet5,birdnet] [--scenarios ...] [--json PATH]
+    nice -n 10 python3 bench/updates.py [--models lenet300,lenet5,birdnet] [--scenarios ...] [--base-share S]
+                                        [--json PATH]
 
 Per model, scenario and budget, the device holds the base's .dsz (dsz compress within the budget on
-the decision split); the server makes the update (pydsz.diff_model, decisions on the same split, the
+the decision split; with --base-share 0.5 within half of it, the rest headroom for the updates: the
+base's own error counts against every update's budget, and where it takes most of it an update must
+code the unchanged layers again, finer); the server makes the update (pydsz.diff_model, decisions on the same split, the
 budget measured on the patched model against NEW); the device applies it (pydsz.patch). Reported:
 the update's bytes against the whole new .dsz (dsz compress of NEW, the same budget and split),
 against `zstd -19 --patch-from` of the two .tflite files and of the two .dsz files (the zstd command
@@ -191,11 +194,12 @@ def test_loss(test: tuple, budget: Budget, new: bytes, patched: bytes) -> float:
     return evaluator.measure_model(patched).loss / evaluator.samples
 
 
-def one(case: Case, scenario: str, base: bytes, models: list, budget: Budget) -> dict:
-    """The scenario's updates under one budget: made, applied as a device applies them, measured."""
+def one(case: Case, scenario: str, base: bytes, models: list, budget: Budget, base_share: float = 1.0) -> dict:
+    """The scenario's updates under one budget: made, applied as a device applies them, measured. The
+    base's .dsz is made within `base_share` of the budget (the rest is headroom for the updates)."""
     val, test = (case.shifted(case.val), case.shifted(case.test)) if scenario == "head" else (case.val, case.test)
     x, y = val
-    held_dsz = compress(base, x, y, budget).dsz
+    held_dsz = compress(base, x, y, replace(budget, max_loss=budget.max_loss * base_share)).dsz
     device, server, steps = held_dsz, held_model(held_dsz), []
     for k, new in enumerate(models):
         t0 = time.perf_counter()
@@ -221,12 +225,13 @@ def one(case: Case, scenario: str, base: bytes, models: list, budget: Budget) ->
     for s in steps:
         del s["_whole"]
     last = steps[-1]
-    print(f"[{time.strftime('%H:%M:%S')}] {case.name} {scenario} {budget.metric.spec}: update {last['update_bytes']:,} B, "
+    print(f"[{time.strftime('%H:%M:%S')}] {case.name} {scenario} {budget.metric.spec} (base within {base_share:g} "
+          f"of it): update {last['update_bytes']:,} B, "
           f"whole .dsz "
           f"{last['whole_dsz_bytes']:,} B, zstd patch {last['zstd_patch_tflite_bytes']:,} B; test loss "
           f"{last['loss_test']:.4f}", flush=True)
     return {"model": case.name, "scenario": scenario, "metric": budget.metric.spec, "max_loss": budget.max_loss,
-            "decision_samples": len(x), "test_samples": len(test[0]), "base_dsz_bytes": len(held_dsz),
+            "base_share": base_share, "decision_samples": len(x), "test_samples": len(test[0]), "base_dsz_bytes": len(held_dsz),
             "steps": steps}
 
 
@@ -258,6 +263,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="lenet300,lenet5,birdnet")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--base-share", type=float, default=1.0,
+                        help="the base's .dsz made within this share of the budget, the rest left as headroom for "
+                        "the updates (default 1: the whole budget, as dsz compress makes it)")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "updates.json"))
     args = parser.parse_args()
     if not shutil.which("zstd"):
@@ -269,7 +277,7 @@ def main() -> int:
         case = Case(name)
         for scenario in args.scenarios.split(","):
             base, models = scenario_models(case, scenario)
-            runs += [one(case, scenario, base, models, budget) for budget in case.budgets]
+            runs += [one(case, scenario, base, models, budget, args.base_share) for budget in case.budgets]
     rows = []
     for r in runs:
         for k, s in enumerate(r["steps"]):
