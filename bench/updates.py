@@ -241,7 +241,8 @@ def plot(runs: list, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['model']}\n{r['scenario']}\n{r['metric']}" for r in runs]
+    labels = [f"{r['model']}\n{r['scenario']}\n{r['metric']}"
+              + (f"\nbase {r['base_share']:g}" if r.get("base_share", 1.0) < 1 else "") for r in runs]
     series = {"update (.dszu)": "update_bytes", "whole new .dsz": "whole_dsz_bytes",
               "zstd -19 --patch-from .tflite": "zstd_patch_tflite_bytes",
               "zstd -19 --patch-from .dsz": "zstd_patch_dsz_bytes"}
