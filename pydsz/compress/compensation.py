@@ -173,14 +173,15 @@ class Compensator:
         if held is not None:
             # the sweep is linear in the weights: sweeping the difference from the held values minimises
             # the same output error as sweeping the weights, with the difference's grid as the rounding
+            held = held.reshape(weight.shape)
             step_bound = delta.bound_of(weight, held, bound)
-            if float(np.abs(weight - held.reshape(weight.shape)).max(initial=0.0)) < step_bound:
+            moved = weight - held
+            if float(np.abs(moved).max(initial=0.0)) < step_bound:
                 # every difference rounds to zero: the held values, which feeding the first columns' errors
                 # onto the later ones would only move (a model update's held point: pydsz.compress.diff)
-                return held.reshape(weight.shape).copy()
-            difference = solve(layer, weight - held.reshape(weight.shape), factors, orders, pruned=pruned,
-                               quantize=lambda v: rounded(v, step_bound))
-            return held.reshape(weight.shape) + difference.astype(np.float32)  # the device's float32 sum
+                return held.copy()
+            difference = solve(layer, moved, factors, orders, pruned=pruned, quantize=lambda v: rounded(v, step_bound))
+            return held + difference.astype(np.float32)  # the device's float32 sum
         if pruned.any():
             # a pruned layer goes to the sparse stream, whose encoder keeps every non-zero non-zero
             quantize = lambda v: grid(v, bound).astype(dtype).astype(np.float64)  # noqa: E731
