@@ -336,3 +336,19 @@ def test_an_npz_without_labels_or_with_several_inputs(tmp_path):
     assert y is None and sorted(x) == ["x0", "x1"]
     with pytest.raises(InputError, match="no array 'y'"):
         load_npz(tmp_path / "multi.npz")
+
+
+def test_data_that_never_moves_an_output_is_named_and_data_that_does_is_not(lenet300, val):
+    from pydsz.assess.evaluator import Evaluator
+    from pydsz.model.data import unexercised
+
+    x, y = val[0][:64], val[1][:64]
+    assert Evaluator(lenet300, x, y, ["fc1"], "output-error").data_note is None
+    # one picture 64 times, a gray level up or down here and there: the outputs barely move
+    rng = np.random.default_rng(3)
+    still = np.repeat(x[:1], 64, axis=0).astype(np.int16) + rng.integers(-1, 2, size=(64, *x.shape[1:]))
+    note = Evaluator(lenet300, np.clip(still, 0, 255).astype(np.uint8), y, ["fc1"], "output-error").data_note
+    assert note is not None and "barely move" in note and "of their size" in note
+    # a quantized output that only ever takes two adjacent values (a silent detector's uint8 score)
+    assert "uint8 values 0..1" in unexercised({"score": rng.integers(0, 2, size=(64, 1)).astype(np.uint8)})
+    assert unexercised({"score": rng.integers(0, 4, size=(64, 1)).astype(np.uint8)}) is None

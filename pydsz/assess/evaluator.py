@@ -128,9 +128,10 @@ class Evaluator:
         self.outputs = runtime.outputs(self.bytes, self.x, self.keys, batch_size=self.batch,
                                        num_threads=num_threads)  # the original's, once
         self.seconds = time.perf_counter() - start  # one run of the whole model
-        from pydsz.model.data import check_outputs
+        from pydsz.model.data import check_outputs, unexercised
 
         check_outputs(self.outputs)
+        self.data_note = unexercised(self.outputs)  # where the samples never move an output
         self.metric.check(self.outputs, self.y)
         self.h = (activations.capture(self.bytes, self.x, self.tail.input_tensor, batch_size=self.batch,
                                   num_threads=num_threads) if self.tail else None)
@@ -156,8 +157,9 @@ class Evaluator:
 
     @property
     def notes(self) -> list[str]:
-        """How the evaluation runs other than in the default batch, for the user to read."""
-        return [note for note in (self.batch_note, self.memory_note) if note]
+        """How the evaluation runs other than in the default batch, and what its data cannot show, for
+        the user to read."""
+        return [note for note in (self.batch_note, self.memory_note, self.data_note) if note]
 
     def state(self) -> EvaluatorState:
         """This Evaluator's making, for another process to build the same one."""

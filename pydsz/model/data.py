@@ -9,6 +9,7 @@ Labels y are optional where a metric needs none.
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import zipfile
 import zlib
@@ -274,3 +275,36 @@ def check_outputs(outputs: dict) -> None:
             raise InputError(f"the model's output {name} is {what} for sample {first} ({int(bad.sum())} of "
                              f"{len(values)} samples), although the inputs are finite: nothing can be measured "
                              "against it; check the model and what --normalize feeds it")
+
+
+# Below this spread of an output from sample to sample (relative to its size) the data never moves it.
+STILL_SPREAD = 0.01
+
+
+def unexercised(outputs: dict) -> Optional[str]:
+    """A note naming the outputs the samples barely move, or None. A detector fed only inputs on which
+    it stays silent (a wake-word model on speech without its phrase: every sample gives the same
+    near-zero scores) shows no change under compression until an input that fires it comes, so the
+    decisions made on such data are blind to what matters (openWakeWord's timer model: 0.015% measured
+    on 64 such clips, 1.2% on clips where it fires). Integer outputs: at most two adjacent values,
+    one step of their quantization; float outputs: a spread below STILL_SPREAD of their RMS size."""
+    still = []
+    for name, values in outputs.items():
+        values = np.asarray(values).reshape(len(values), -1)
+        if len(values) < 2:
+            continue
+        if values.dtype.kind in "iu":
+            low, high = int(values.min()), int(values.max())
+            if high - low <= 1:
+                still.append(f"{name} (only the {values.dtype} values {low}..{high})")
+            continue
+        values = values.astype(np.float64)
+        size = math.sqrt(np.mean(np.sum(values ** 2, axis=1)))
+        spread = math.sqrt(np.sum(values.var(axis=0)))
+        if spread < STILL_SPREAD * size:
+            still.append(f"{name} (its values vary by {spread / size:.2%} of their size)")
+    if not still:
+        return None
+    return (f"the samples barely move the model's output {', '.join(still)}: the data never exercises what "
+            "it responds to, so the decisions cannot see how compression changes it on inputs that do; add "
+            "such inputs to the data (a detector's positives)")
