@@ -109,14 +109,22 @@ def baselines(tflite: bytes, judge: Judge) -> list[dict]:
     return points
 
 
+def judged(model: Path, data: Path, budget: float, judge: Judge, timeout: int, flags: tuple) -> dict:
+    """compress()'s record of the command deciding on `data`, with the decoded model's test loss."""
+    with tempfile.TemporaryDirectory() as tmp:
+        got = compress(model, data, budget, Path(tmp) / "m.dsz", timeout, flags)
+        if "failed" not in got:
+            got["test_loss"] = judge(container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes())[1]
+    return got
+
+
 def informed(model: Path, oracle: Path, budget: float, judge: Judge, timeout: int, flags: tuple) -> dict:
     """The same command deciding on oracle.npz (four times the samples, drawn like the test split's,
     none of them test's), judged on test: what the decisions give when data is no object."""
-    with tempfile.TemporaryDirectory() as tmp:
-        got = compress(model, oracle, budget, Path(tmp) / "m.dsz", timeout, flags)
-        if "failed" in got:
-            return got
-        loss = judge(container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes())[1]
+    got = judged(model, oracle, budget, judge, timeout, flags)
+    if "failed" in got:
+        return got
+    loss = got["test_loss"]
     with np.load(oracle) as z:
         samples = len(z["x"])
     return {"samples": samples, "seconds": got["seconds"], "dsz_bytes": got["dsz_bytes"], "test_loss": loss,
@@ -132,15 +140,11 @@ def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple 
     base = baselines(tflite, judge)
     rows = []
     for budget in budgets:
-        with tempfile.TemporaryDirectory() as tmp:
-            row = {"model": name, "budget": budget, "model_bytes": len(tflite),
-                   **compress(paths["model"], paths["decision"], budget, Path(tmp) / "m.dsz", timeout, flags)}
-            if "failed" not in row:
-                decoded = container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes()
-                row["test_loss"] = judge(decoded)[1]
-            if oracle and "failed" not in row:
-                oracle_npz = zoo_data.build_oracle(name, cache)
-                row["oracle"] = informed(paths["model"], oracle_npz, budget, judge, timeout, flags)
+        row = {"model": name, "budget": budget, "model_bytes": len(tflite),
+               **judged(paths["model"], paths["decision"], budget, judge, timeout, flags)}
+        if oracle and "failed" not in row:
+            oracle_npz = zoo_data.build_oracle(name, cache)
+            row["oracle"] = informed(paths["model"], oracle_npz, budget, judge, timeout, flags)
         row["baselines"] = base
         if "failed" not in row:
             row.update(compare(row, len(tflite)))
@@ -156,8 +160,8 @@ def compare(row: dict, model_bytes: int) -> dict:
     ints = [p for p in base if p["method"].startswith("int")]
     at = size_at(ints, loss) if ints else None
     best = size_at(base, loss)
-    informed = row.get("oracle", {})
-    efficiency = informed["dsz_bytes"] / row["dsz_bytes"] if "dsz_bytes" in informed else None
+    decided = row.get("oracle", {})
+    efficiency = decided["dsz_bytes"] / row["dsz_bytes"] if "dsz_bytes" in decided else None
     return dict(efficiency=efficiency,
                 file_ratio=model_bytes / row["dsz_bytes"], lossless_share=row["rest_bytes"] / row["dsz_bytes"],
                 held=loss <= row["budget"], of_budget=loss / row["budget"],
@@ -171,10 +175,10 @@ def _line(r: dict) -> str:
     if "failed" in r:
         return f"{r['model']} @ {r['budget']}: FAILED {r['failed'][-300:]}"
     vs_int = f"{r['vs_int_b']:.2f}x" if r["vs_int_b"] else "-"
-    informed = r.get("oracle", {})
-    oracle = (f"; deciding on {informed['samples']} samples like test's: {informed['dsz_bytes']:,} B at test drift "
-              f"{informed['test_loss']:.4f} (efficiency {r['efficiency']:.2f}), {informed['seconds']:.0f} s"
-              if "dsz_bytes" in informed else "")
+    decided = r.get("oracle", {})
+    oracle = (f"; deciding on {decided['samples']} samples like test's: {decided['dsz_bytes']:,} B at test drift "
+              f"{decided['test_loss']:.4f} (efficiency {r['efficiency']:.2f}), {decided['seconds']:.0f} s"
+              if "dsz_bytes" in decided else "")
     return (f"{r['model']} @ {r['budget']}: {r['dsz_bytes']:,} B ({r['file_ratio']:.2f}x the file, {r['vs_zstd19']:.2f}x "
             f"zstd -19, {vs_int} int-b and {r['vs_best']:.2f}x the best alternative at equal drift), lossless {r['lossless_share']:.1%}, test drift "
             f"{r['test_loss']:.4f} ({r['of_budget']:.2f} of the budget), peak {r['peak_mib']:.0f} MiB within "
