@@ -16,7 +16,9 @@ found the model's outputs depending on the batch, the .dsz's bytes, the file rat
 losslessly (the rest of the model, beside the compressed tensors). Judged on test.npz: the relative
 output error of the decoded model against the original with every sample run alone, as a streaming
 user runs them (batched, some models' outputs move by themselves: zoo_data.py --survey), the mean
-over samples as the budget is stated; "held" when it is within the budget, and its ratio to it.
+over samples as the budget is stated; "held" when it is within the budget, and its ratio to it; and
+each test source's own (by_source: the photo, the sound package, the continent), printed for the rows
+over the budget, to tell a few unlike sources from drift spread over all.
 
 Against, on the same test split and judge: zstd -19 of the .tflite file; float16 of every float32
 weight (the converter's option) + zstd -19; symmetric per-output-channel int-b for b = 10..4 + zstd -19
@@ -41,6 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -69,6 +72,16 @@ class AloneJudge(Judge):
 
     def _outputs(self, tflite: bytes) -> dict:
         return runtime.outputs(tflite, self.x, self.keys, batch_size=1, num_threads=self.num_threads)
+
+    def by_source(self, tflite: bytes, sources: list) -> dict:
+        """The test loss of each source's samples (`sources`: one per sample), the most samples first:
+        where a row's drift comes from. Empty where the samples are windows of one montage (okay_nabu's)."""
+        losses = self.metric.losses(self._outputs(tflite), self.reference, self.y) - self.base
+        if len(sources) != len(losses):
+            return {}
+        keys = sorted(set(sources), key=lambda k: -sources.count(k))
+        return {k: {"samples": sources.count(k), "test_loss": float(np.mean(losses[np.array(sources) == k]))}
+                for k in keys}
 
 
 def compress(model: Path, decision: Path, budget: float, out: Path, timeout: int, flags: tuple = ()) -> dict:
@@ -109,12 +122,17 @@ def baselines(tflite: bytes, judge: Judge) -> list[dict]:
     return points
 
 
-def judged(model: Path, data: Path, budget: float, judge: Judge, timeout: int, flags: tuple) -> dict:
-    """compress()'s record of the command deciding on `data`, with the decoded model's test loss."""
+def judged(model: Path, data: Path, budget: float, judge: Judge, timeout: int, flags: tuple,
+           sources: Optional[list] = None) -> dict:
+    """compress()'s record of the command deciding on `data`, with the decoded model's test loss (and
+    each test source's, given `sources`)."""
     with tempfile.TemporaryDirectory() as tmp:
         got = compress(model, data, budget, Path(tmp) / "m.dsz", timeout, flags)
         if "failed" not in got:
-            got["test_loss"] = judge(container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes())[1]
+            decoded = container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes()
+            got["test_loss"] = judge(decoded)[1]
+            if sources:
+                got["by_source"] = judge.by_source(decoded, sources)
     return got
 
 
@@ -138,10 +156,11 @@ def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple 
     metric = metrics.get("output-error")
     judge = AloneJudge(tflite, load_npz(paths["test"], need_labels=False), metric, None)
     base = baselines(tflite, judge)
+    tested = [zoo_data.source_of(m) for m in json.loads((paths["model"].parent / "sources.json").read_text())["test"]]
     rows = []
     for budget in budgets:
         row = {"model": name, "budget": budget, "model_bytes": len(tflite),
-               **judged(paths["model"], paths["decision"], budget, judge, timeout, flags)}
+               **judged(paths["model"], paths["decision"], budget, judge, timeout, flags, tested)}
         if oracle and "failed" not in row:
             oracle_npz = zoo_data.build_oracle(name, cache)
             row["oracle"] = informed(paths["model"], oracle_npz, budget, judge, timeout, flags)
@@ -182,7 +201,15 @@ def _line(r: dict) -> str:
     return (f"{r['model']} @ {r['budget']}: {r['dsz_bytes']:,} B ({r['file_ratio']:.2f}x the file, {r['vs_zstd19']:.2f}x "
             f"zstd -19, {vs_int} int-b and {r['vs_best']:.2f}x the best alternative at equal drift), lossless {r['lossless_share']:.1%}, test drift "
             f"{r['test_loss']:.4f} ({r['of_budget']:.2f} of the budget), peak {r['peak_mib']:.0f} MiB within "
-            f"{r['bound_mib']} printed, {r['seconds']:.0f} s{oracle}")
+            f"{r['bound_mib']} printed, {r['seconds']:.0f} s{oracle}{_sources(r)}")
+
+
+def _sources(r: dict) -> str:
+    """Over the budget: the test sources that drifted most."""
+    if r["held"] or not r.get("by_source"):
+        return ""
+    worst = sorted(r["by_source"].items(), key=lambda kv: -kv[1]["test_loss"])[:3]
+    return "; drifting most: " + ", ".join(f"{k} ({v['samples']} samples) {v['test_loss']:.4f}" for k, v in worst)
 
 
 def table(rows: list) -> str:

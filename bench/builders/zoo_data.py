@@ -692,6 +692,16 @@ def _pool(spec: ZooModel, cache: Path):
     return sound_pool(cache) if spec.builder not in ("hand", "photo", "birdnet_meta") else None
 
 
+def source_of(meta: dict) -> str:
+    """Where a sample comes from, as sources.json records it, coarsely enough to compare splits by: the
+    photo (the LFW faces as one), the package of a montage's first sound, the continent of a place."""
+    if "montage" in meta:
+        return meta["montage"][0]["file"].split("/")[0]
+    if "zone" in meta:
+        return meta["zone"].split("/")[0]
+    return meta["source"]
+
+
 def _check_disjoint(name: str, sources: dict) -> None:
     def used(split):
         found = set()
