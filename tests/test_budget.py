@@ -1,5 +1,6 @@
-"""The budget's margin for several looks (pydsz.budget.rule.Budget.margin_of): the most favourable of k
-noisy passes kept must not pass an over-budget choice more often than one pass at the margin does."""
+"""The budget's margin: for several looks (pydsz.budget.rule.Budget.margin_of) the most favourable of k
+noisy passes kept must not pass an over-budget choice more often than one pass at the margin does; by
+default the metric's (two standard errors for the output metrics, one for the labels')."""
 
 import math
 from statistics import NormalDist
@@ -50,3 +51,22 @@ def test_a_budget_of_a_handful_of_samples_is_noisy():
     assert top1.noisy(500) and top1.warnings(500)
     assert not top1.noisy(5000) and not top1.warnings(5000)
     assert not Budget(metrics.get("output-error"), 0.01).noisy(64)  # continuous: no samples to count
+
+
+def test_the_output_metrics_keep_two_standard_errors_in_hand_and_the_labels_one():
+    from pydsz.model.data import bundled
+    from pydsz.model.graph import TFLiteModel
+
+    for name, margin in [("output-error", 2.0), ("psnr", 2.0), ("cosine", 2.0), ("top1", 1.0), ("agreement", 1.0),
+                         ("expected-top1", 1.0)]:
+        assert Budget(name).margin == margin, name
+        assert Budget(name).risk(3.0, 0.5) == 3.0 + margin * 0.5
+    assert Budget("output-error", 0.01, 0.5).margin == 0.5  # --margin given: it stands
+    assert Budget("output-error", 0.01, 0.0).margin == 0.0
+    # no metric named: the model's default decides, and its margin with it
+    assert Budget.of(0.01).margin is None
+    lenet = TFLiteModel(bundled("lenet300.tflite").read_bytes())
+    assert Budget.of(0.01).for_model(lenet, labelled=True).margin == 1.0
+    assert Budget.of(0.01).for_model(lenet, labelled=False).margin == 1.0  # expected-top1
+    with pytest.raises(Exception, match="margin -1"):
+        Budget("output-error", 0.01, -1.0)

@@ -27,7 +27,7 @@ def risk(loss: float, noise: float, margin: float) -> float:
 class Budget:
     """The loss a step may cost: `max_loss` in the metric's unit, less what an earlier step `spent`
     (e.g. pruning, counted from a reference model), judged with `margin` standard deviations of
-    noise in hand. `option` names the command-line option that sets max_loss, so that a budget the
+    noise in hand (None: the metric's default_margin, once the metric is known). `option` names the command-line option that sets max_loss, so that a budget the
     data cannot resolve says what to change; `margin_option` the one that sets the margin, if any.
 
     metric: a name (pydsz.budget.metrics), a Metric or a function f(outputs, original_outputs, y) ->
@@ -38,7 +38,7 @@ class Budget:
 
     metric: Union[None, str, Callable, metrics.Metric] = None
     max_loss: Optional[float] = None
-    margin: float = 1.0
+    margin: Optional[float] = None
     spent: float = 0.0
     option: str = "--max-loss"
     margin_option: Optional[str] = "--margin"
@@ -46,12 +46,14 @@ class Budget:
     reason: str = ""
 
     def __post_init__(self):
-        if not (math.isfinite(self.margin) and self.margin >= 0):
+        if self.margin is not None and not (math.isfinite(self.margin) and self.margin >= 0):
             raise InputError(f"margin {self.margin}: must be a number >= 0")
         if self.metric is None:
             return
         metric = metrics.get(self.metric, self.output)
         object.__setattr__(self, "metric", metric)
+        if self.margin is None:
+            object.__setattr__(self, "margin", metric.default_margin)
         if self.max_loss is None:
             object.__setattr__(self, "max_loss", metric.default_max_loss)
         metric.allowed_mean(self.max_loss)  # checks the value before anything runs

@@ -292,9 +292,10 @@ def add_commands(sub) -> None:
     p.add_argument("--target-ratio", type=float, default=None,
                    help="instead: the least loss with the layers compressed by this ratio")
     add_layer_arguments(p)
-    p.add_argument("--margin", type=float, default=1.0,
-                   help="standard deviations of the data's noise kept in hand when choosing bounds "
-                   "(default 1; 0 trusts the measured losses as they are and overfits the data)")
+    p.add_argument("--margin", type=float, default=None,
+                   help="standard errors of the measured loss kept in hand when choosing bounds (default 1 "
+                   "for top1, topk, agreement and expected-top1, 2 for output-error, psnr and cosine; 0 trusts "
+                   "the measured losses as they are and overfits the data)")
     add_compensation_arguments(p)
     p.add_argument("--prune", choices=["auto"], default=None,
                    help="auto: prune first, DeepSZ's whole pipeline under the one --max-loss, split between "

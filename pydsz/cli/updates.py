@@ -82,8 +82,8 @@ def add_commands(sub) -> None:
     add_metric_arguments(p)
     p.add_argument("--max-loss", type=float, default=None, help="the loss the patched model may have against the "
                    "new one, in the metric's unit, with dsz compress's defaults")
-    p.add_argument("--margin", type=float, default=1.0, help="standard deviations of the data's noise kept in hand "
-                   "(default 1)")
+    p.add_argument("--margin", type=float, default=None, help="standard errors of the measured loss kept in hand "
+                   "(default: dsz compress's for the metric)")
     add_layer_arguments(p)
     add_compensation_arguments(p)
     add_device_argument(p)

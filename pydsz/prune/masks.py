@@ -19,7 +19,7 @@ from pydsz.errors import InputError
 ALREADY_SPARSE = 0.5
 # The sparsities `auto` chooses among, per layer (pydsz.prune.auto_sparsity plans over them).
 AUTO_LADDER = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99)
-# Standard deviations of validation noise `auto` keeps in hand (compress's default margin).
+# Standard deviations of validation noise `auto` keeps in hand (compress's default margin on labels).
 AUTO_MARGIN = 1.0
 
 # Elements per slice of the elementwise arithmetic over a layer (magnitude_mask here, the trainer's
