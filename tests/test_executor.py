@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pydsz.assess import executor
+from pydsz.assess.evaluator import Evaluator
 from pydsz.budget import metrics
 from pydsz.budget.rule import Budget
 from pydsz.compress import pipeline
@@ -91,6 +92,31 @@ def test_a_worker_that_dies_mid_assessment_changes_nothing(val, local, tmp_path,
         cluster.close()
     assert marker.exists(), "no worker was killed"
     _same(result, local)
+
+
+def test_workers_that_all_die_lose_the_state_and_it_is_sent_again(val):
+    """Every worker dies at once (client.restart()) and the scattered state dies with them: Dask cannot
+    recompute it and cancels the tasks that read it. The executor scatters it anew and sends them again:
+    the same risks as in this process, by map and by stream."""
+    evaluator = Evaluator(bundled("lenet300.tflite").read_bytes(), *val, ["fc1", "fc2"])
+    steps = [({"fc1": b, "fc2": b / 2}, 1.0) for b in (1e-3, 1e-2, 4e-2, 8e-2)]
+    here = executor.Local()
+    here.start(evaluator)
+    expected = here.map(pipeline.trial_risk, steps)
+    cluster = executor.Dask(workers=2)
+    try:
+        cluster.start(evaluator)
+        assert cluster.map(pipeline.trial_risk, steps) == expected
+        cluster.client.restart()
+        assert cluster.state.status != "finished"
+        assert cluster.map(pipeline.trial_risk, steps) == expected
+        cluster.client.restart()
+        pending, streamed = iter(steps), {}
+        cluster.stream(pipeline.trial_risk, lambda: next(pending, None),
+                       lambda args, risk: streamed.__setitem__(steps.index(args), risk))
+        assert [streamed[i] for i in range(len(steps))] == expected
+    finally:
+        cluster.close()
 
 
 def test_an_unreachable_scheduler_is_an_input_error(monkeypatch):

@@ -1,6 +1,9 @@
 """What large models need, on small real models: out-of-line buffers through compress and decompress,
 and cached activations memory-mapped from disk (--max-cache-memory) with results unchanged."""
 
+import gc
+import sys
+
 import numpy as np
 import pytest
 from test_cli import dsz
@@ -9,6 +12,15 @@ from pydsz.errors import InputError
 from pydsz.model import activations, cache, runtime
 from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
+
+
+@pytest.fixture(autouse=True)
+def no_earlier_caches():
+    """The caches' accounting is the process's: caches an earlier test still holds count against this
+    test's limits. pytest keeps the last failed test's frames (sys.last_traceback, for post-mortem
+    debugging), and with them what that test cached; let them go."""
+    sys.last_type = sys.last_value = sys.last_traceback = None
+    gc.collect()
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ reference. `Dask` sends the Evaluator's state (the model's bytes, the data, the 
 worker once; each worker builds its Evaluator from it once and keeps it for every later task, so
 a task carries only its arguments (a layer's name, a set of bounds). Every task is deterministic
 and independent of the others, so the results are the local ones, whichever worker ran each and
-however often (Dask reruns the tasks of a worker that dies).
+however often (Dask reruns the tasks of a worker that dies; where every worker holding the state
+died, the state is scattered again and the tasks that read it are sent again).
 
 Dask is optional: pip install pydsz[distributed].
 """
@@ -21,6 +22,9 @@ from pydsz.errors import DszError, InputError
 
 # Seconds to wait for a scheduler before saying it cannot be reached.
 CONNECT_TIMEOUT = 10
+
+# How often one task is sent again after the state it reads was lost with the workers holding it.
+RESUBMITS = 3
 
 # Per worker process: each Evaluator state's token -> the Evaluator built from it.
 _EVALUATORS: dict = {}
@@ -95,44 +99,63 @@ class Dask:
         self.evaluator = evaluator
 
     def map(self, task: Callable, args: Sequence[tuple], on_result: Optional[Callable] = None) -> list:
-        from distributed import as_completed
+        results = [None] * len(args)
+        order = iter(enumerate(args))
 
-        futures = [self.client.submit(_on_worker, task, self.state, *a, pure=False) for a in args]
-        try:
-            for future in as_completed(futures):
-                if future.status == "error":
-                    future.result()  # raises the task's own exception (a DszError says what is wrong)
-                if on_result:
-                    on_result(future.result())
-            return self.client.gather(futures)
-        except DszError:
-            raise
-        except Exception as exc:  # a worker killed more often than Dask retries, a lost scheduler
-            raise DszError(f"the Dask cluster failed to run the assessment: {type(exc).__name__}: {exc}") from None
+        def done(i, result):
+            results[i] = result
+            if on_result:
+                on_result(result)
+
+        self._run(task, lambda: next(order, None), done, slots=len(args))
+        return results
 
     def stream(self, task: Callable, plan: Callable, on_result: Callable) -> None:
         """Local.stream's contract, with as many tasks running as the cluster has worker threads:
         whenever one finishes, plan() is asked for more."""
+
+        def keyed():
+            args = plan()
+            return None if args is None else (args, args)
+
+        self._run(task, keyed, on_result, slots=max(1, sum(self.client.nthreads().values())))
+
+    def _run(self, task: Callable, plan: Callable, on_result: Callable, slots: int) -> None:
+        """Submit task(evaluator, *args) for each (key, args) that plan() hands out, at most `slots`
+        running at a time; on_result(key, result) as each finishes. A task cancelled because the
+        scattered state it reads was lost (every worker holding it died: Dask reruns a dead worker's
+        tasks but cannot recompute scattered data) is sent again with the state scattered anew."""
         from distributed import as_completed
 
-        slots = max(1, sum(self.client.nthreads().values()))
         running, finished = {}, as_completed()
 
+        def submit(key, args, tries=0):
+            future = self.client.submit(_on_worker, task, self.state, *args, pure=False)
+            running[future] = (key, args, tries)
+            finished.add(future)
+
         def fill():
-            while len(running) < slots and (args := plan()) is not None:
-                future = self.client.submit(_on_worker, task, self.state, *args, pure=False)
-                running[future] = args
-                finished.add(future)
+            while len(running) < slots and (item := plan()) is not None:
+                submit(*item)
 
         try:
             fill()
             for future in finished:
-                on_result(running.pop(future), future.result())  # a task's own error is raised here
+                key, args, tries = running.pop(future)
+                if future.status == "cancelled" and tries < RESUBMITS:
+                    self._rescatter()
+                    submit(key, args, tries + 1)
+                    continue
+                on_result(key, future.result())  # a task's own error is raised here
                 fill()
         except DszError:
             raise
-        except Exception as exc:  # a worker killed more often than Dask retries, a lost scheduler
+        except Exception as exc:  # workers killed more often than Dask retries, a lost scheduler
             raise DszError(f"the Dask cluster failed to run the assessment: {type(exc).__name__}: {exc}") from None
+
+    def _rescatter(self) -> None:
+        if self.state.status != "finished":
+            self.state = self.client.scatter(self.evaluator.state(), broadcast=True, hash=False)
 
     def close(self) -> None:
         self.client.close()
