@@ -923,6 +923,7 @@ def section_updates(up: dict) -> list:
                 f"one made within the whole budget, and its update {span(smaller, '{:.1f}', 'x')} smaller (median",
                 f"{statistics.median(smaller):.1f}x). The headroom pays for itself after the number of updates",
                 f"whose savings make up the larger base: {', '.join(even)} here.", ""]
+    out += _update_bar(runs)
     over = [f"{r['model']} {r['scenario']}{f' {k + 1}' if len(r['steps']) > 1 else ''} on {r['metric']}"
             f"{' (base 0.5)' if r.get('base_share', 1.0) < 1.0 else ''}: {s['loss_test']:.4f} against {r['max_loss']:g}"
             f" (the whole new .dsz {s['whole_loss_test']:.4f})"
@@ -943,6 +944,26 @@ def section_updates(up: dict) -> list:
     out += table(["model", "scenario", "metric", "base", "update B", "vs whole .dsz", "vs zstd .tflite", "vs zstd .dsz",
                   "coded as", "test loss", "whole .dsz's", "budget", "make s", "apply ms"], rows)
     return out
+
+
+def _update_bar(runs: list) -> list:
+    """Issue 38's bar on the scenarios it names (the head fine-tuned, one more epoch, pruned and
+    retrained): at least 5x smaller than the whole new .dsz and 3x than zstd --patch-from of the two
+    .tflite files, the patched model within the budget on test; per base share."""
+    says = []
+    for share in sorted({r.get("base_share", 1.0) for r in runs}, reverse=True):
+        rows = [r for r in runs if r.get("base_share", 1.0) == share and r["scenario"] in ("head", "epoch", "pruned")]
+        missed = [f"{r['model']} {r['scenario']} {r['metric']}" for r in rows for s in r["steps"][:1]
+                  if not (s["whole_dsz_bytes"] >= 5 * s["update_bytes"]
+                          and s["zstd_patch_tflite_bytes"] >= 3 * s["update_bytes"] and s["loss_test"] <= r["max_loss"])]
+        if rows:
+            says.append(f"base {share:g}: {len(rows) - len(missed)} of {len(rows)} rows"
+                        + (f" (not: {', '.join(missed)})" if missed else ""))
+    if not says:
+        return []
+    return ["Issue 38's bar on the head, epoch and pruned scenarios (an update at least 5x smaller than the whole",
+            "new .dsz and 3x smaller than `zstd -19 --patch-from` of the two .tflite files, the patched model",
+            "within the budget on test): " + "; ".join(says) + ".", ""]
 
 
 def render(root: Path = RESULTS) -> str:
