@@ -950,12 +950,15 @@ def _update_bar(runs: list) -> list:
     """Issue 38's bar on the scenarios it names (the head fine-tuned, one more epoch, pruned and
     retrained): at least 5x smaller than the whole new .dsz and 3x than zstd --patch-from of the two
     .tflite files, the patched model within the budget on test; per base share."""
+    def meets(r):
+        s = r["steps"][0]
+        return (s["whole_dsz_bytes"] >= 5 * s["update_bytes"] and s["zstd_patch_tflite_bytes"] >= 3 * s["update_bytes"]
+                and s["loss_test"] <= r["max_loss"])
+
     says = []
     for share in sorted({r.get("base_share", 1.0) for r in runs}, reverse=True):
         rows = [r for r in runs if r.get("base_share", 1.0) == share and r["scenario"] in ("head", "epoch", "pruned")]
-        missed = [f"{r['model']} {r['scenario']} {r['metric']}" for r in rows for s in r["steps"][:1]
-                  if not (s["whole_dsz_bytes"] >= 5 * s["update_bytes"]
-                          and s["zstd_patch_tflite_bytes"] >= 3 * s["update_bytes"] and s["loss_test"] <= r["max_loss"])]
+        missed = [f"{r['model']} {r['scenario']} {r['metric']}" for r in rows if not meets(r)]
         if rows:
             says.append(f"base {share:g}: {len(rows) - len(missed)} of {len(rows)} rows"
                         + (f" (not: {', '.join(missed)})" if missed else ""))

@@ -17,9 +17,9 @@ from pydsz.model.graph import TFLiteModel
 @pytest.fixture(autouse=True)
 def no_earlier_caches():
     """The caches' accounting is the process's: caches an earlier test still holds count against this
-    test's limits. pytest keeps the last failed test's frames (sys.last_traceback, for post-mortem
-    debugging), and with them what that test cached; let them go."""
-    sys.last_type = sys.last_value = sys.last_traceback = None
+    test's limits. pytest keeps the last failed test's frames (sys.last_traceback, and sys.last_exc from
+    Python 3.12, for post-mortem debugging), and with them what that test cached; let them go."""
+    sys.last_type = sys.last_value = sys.last_traceback = sys.last_exc = None
     gc.collect()
 
 

@@ -74,8 +74,9 @@ def add_commands(sub) -> None:
     p = sub.add_parser("diff", help="the update from the model a device holds to a new one (error-bounded)",
                        description="Code NEW against BASE (the .dsz or .tflite a device holds, as it decodes it): "
                        "each changed layer's difference from the base's values, or its new values where that is "
-                       "smaller, within bounds chosen under --max-loss, measured on the patched model against NEW. The base's own error counts against that budget: "
-                       "a .dsz made within half of it (dsz compress --max-loss) leaves the updates room to be small.")
+                       "smaller, within bounds chosen under --max-loss, measured on the patched model against NEW. "
+                       "The base's own error counts against that budget: a .dsz made within half of it (dsz compress "
+                       "--max-loss) leaves the updates room to be small.")
     p.add_argument("base", help="the .dsz or .tflite the device holds")
     p.add_argument("model", help="the new .tflite model (the same graph)")
     add_data_arguments(p, "the data the budget is measured on: an .npz with x (and y for label metrics), or a "
