@@ -40,6 +40,7 @@ def info(pruned, splits):
     return anchors.benchmark(pruned, *splits, 0.01, sweep=anchors.Sweep(budgets=[0.01], clusters=[8, 32], bits=[8]))
 
 
+@pytest.mark.slow
 def test_every_method_has_its_points(info):
     methods = [p["method"] for p in info["points"]]
     assert methods == [anchors.OURS, anchors.DEEPSZ, anchors.DC, anchors.DC, anchors.INT, anchors.FLOAT16, anchors.LOSSLESS]
@@ -119,6 +120,7 @@ def test_pruning_needs_both_train_and_sparsity(pruned, splits):
         anchors.benchmark(pruned, *splits, 0.01, pruned=anchors.Pruned(sparsity=0.9))
 
 
+@pytest.mark.slow
 def test_a_model_pruned_elsewhere_is_judged_from_the_unpruned_one(pruned, splits):
     pytest.importorskip("hdf5plugin")
     original = bundled("lenet300.tflite").read_bytes()
@@ -166,6 +168,7 @@ def test_interpolation_reads_our_curve_between_points():
     assert anchors.ours_interpolated(ours, 0.01) == 60.0
 
 
+@pytest.mark.slow
 def test_a_budget_the_validation_data_cannot_resolve_is_skipped_and_reported(pruned, splits):
     """500 samples at 0.2 points: one changed sample with its noise margin is more than the budget."""
     pytest.importorskip("hdf5plugin")

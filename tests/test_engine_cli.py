@@ -84,6 +84,7 @@ def test_a_model_whose_outputs_are_not_finite_is_refused(tmp_path, val200):
     assert result.returncode == 1 and "inputs are finite" in result.stderr and not (tmp_path / "p.tflite").exists()
 
 
+@pytest.mark.slow
 def test_compress_by_layer_name_shows_progress_and_reports_time_per_layer(tmp_path, val200):
     data = tmp_path / "val.npz"
     np.savez(data, x=val200[0], y=val200[1])

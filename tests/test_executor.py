@@ -36,6 +36,7 @@ def _same(a, b):
     assert a.curves == b.curves and a.attempts == b.attempts
 
 
+@pytest.mark.slow
 def test_a_local_dask_cluster_gives_the_same_points_bounds_and_bytes(val, local):
     """Exact by construction: a worker runs the same evaluation on the same arrays with the same BLAS
     as this process (only where it runs differs), so top-1's whole-sample losses and the bytes match."""
@@ -47,6 +48,7 @@ def test_a_local_dask_cluster_gives_the_same_points_bounds_and_bytes(val, local)
         cluster.close()
 
 
+@pytest.mark.slow
 def test_cuts_fitted_plans_and_their_refinement_give_the_same_bytes_on_dask(val):
     """output-error on every layer of LeNet-5: candidates run from their cuts (each worker computing
     the chain itself), Fitted plans, refined by the allocation: the same points, bounds and bytes."""
@@ -81,6 +83,7 @@ class Top1KillingAWorkerOnce(metrics.Top1):
         return super().losses(outputs, reference, y)
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_mid_assessment_changes_nothing(val, local, tmp_path, monkeypatch):
     marker = tmp_path / "killed"
     monkeypatch.setenv(KILL_MARKER, str(marker))  # the workers inherit it

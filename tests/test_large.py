@@ -3,6 +3,7 @@ and cached activations memory-mapped from disk (--max-cache-memory) with results
 
 import gc
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,12 +84,21 @@ def test_capture_is_the_same_mapped_or_not(monkeypatch):
     assert np.array_equal(in_memory, mapped)
 
 
+@pytest.fixture
+def val_npz(tmp_path, val) -> Path:
+    """1,000 validation samples: at a 1-point budget they resolve 10 changed predictions, as the whole
+    5,000 do at 0.2 points, in a fifth of the time (the caches are mapped at any size with limit 0)."""
+    path = tmp_path / "val.npz"
+    np.savez(path, x=val[0], y=val[1])
+    return path
+
+
 @pytest.mark.slow
-def test_compress_is_byte_identical_with_mapped_caches(tmp_path):
+def test_compress_is_byte_identical_with_mapped_caches(tmp_path, val_npz):
     outputs = []
     for limit in ([], ["--max-cache-memory", "0"]):
         out = tmp_path / f"m{len(limit)}.dsz"
-        result = dsz("compress", bundled("lenet5.tflite"), "--data", bundled("fmnist_val.npz"), "--max-loss", "0.003",
+        result = dsz("compress", bundled("lenet5.tflite"), "--data", val_npz, "--max-loss", "0.01",
                      "-q", "-o", out, *limit)
         assert result.returncode == 0, result.stderr
         outputs.append(out.read_bytes())
@@ -118,14 +128,14 @@ def test_a_bad_cache_size_is_a_usage_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_out_of_line_model_compresses_and_decodes_like_the_inline_one(tmp_path):
+def test_out_of_line_model_compresses_and_decodes_like_the_inline_one(tmp_path, val_npz):
     """lenet300_ool holds lenet300's weights out of line (Buffer.offset/size): the same bounds are
     chosen, and the decoded files keep their own layout yet compute the same outputs in LiteRT."""
-    data = bundled("fmnist_val.npz")
+    data = val_npz
     decoded = {}
     for name in ("lenet300", "lenet300_ool"):
         packed, out = tmp_path / f"{name}.dsz", tmp_path / f"{name}.tflite"
-        result = dsz("compress", bundled(f"{name}.tflite"), "--data", data, "--max-loss", "0.003", "-o", packed)
+        result = dsz("compress", bundled(f"{name}.tflite"), "--data", data, "--max-loss", "0.01", "-o", packed)
         assert result.returncode == 0, result.stderr
         assert dsz("decompress", packed, "-o", out).returncode == 0
         decoded[name] = out.read_bytes()

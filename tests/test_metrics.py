@@ -207,6 +207,7 @@ def test_without_labels_a_classifier_defaults_to_expected_top1(val_all):
     assert metrics.default(model, has_labels=True)[0].name == "top1"
 
 
+@pytest.mark.slow
 def test_agreement_keeps_every_prediction_within_the_budget(val_all):
     x = val_all[0][:2000]
     result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), x, None, Budget("agreement", 0.003))
@@ -255,6 +256,7 @@ def test_a_model_of_several_outputs_defaults_to_output_error_and_keeps_the_budge
     assert result.ratio > 2.5 and {l.name for l in result.layers} >= {"conv1", "fc1", "fc5"}
 
 
+@pytest.mark.slow
 def test_one_output_of_several_by_name_with_labels(multitask, multitask_data):
     x, y = multitask_data
     result = pipeline.compress(multitask, x, y, Budget("top1", 0.01, output="class"))
@@ -289,6 +291,7 @@ def test_the_tail_and_the_interpreter_agree_on_a_continuous_metric(val_all):
     assert fast.fast and not slow.fast and a.loss > 0 and a.loss == pytest.approx(b.loss, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_too_few_samples_for_the_budget_is_said_not_hidden(val_all):
     data = bundled("lenet300.tflite").read_bytes()
     with pytest.raises(InputError, match=r"too few to resolve max-loss 0.003 .* at least \d+ samples"):
@@ -297,6 +300,7 @@ def test_too_few_samples_for_the_budget_is_said_not_hidden(val_all):
     assert any("about 3334 samples would resolve" in w for w in result.warnings)
 
 
+@pytest.mark.slow
 def test_a_user_metric_from_python(multitask, multitask_data):
     x, _ = multitask_data
     result = pipeline.compress(multitask, x, None, Budget(user_losses, 0.02), layers="fc")
@@ -348,6 +352,7 @@ def test_cli_normalize_takes_a_range_that_starts_with_a_minus(files, tmp_path):
     assert ev.returncode == 1 and "no PNG or JPEG" in ev.stderr, ev.stderr  # parsed, then the folder is judged
 
 
+@pytest.mark.slow
 def test_cli_user_metric_as_module_function(files, tmp_path):
     import os
 

@@ -249,6 +249,7 @@ def test_a_hessian_too_large_is_refused_naming_the_layer(lenet300, calibration):
         oneshot.prune_layers(lenet300, calibration, 0.5, max_hessian_bytes=1 << 20)
 
 
+@pytest.mark.slow
 def test_oneshot_auto_prunes_within_the_budget_on_the_ladder(lenet300, calibration):
     from pydsz.prune.masks import AUTO_LADDER
 
@@ -418,6 +419,7 @@ def test_a_conv_layer_counts_its_patches_as_rows(lenet5):
     assert "rank 448 at most, of 500" in gptq.rank_warnings(model, [model.layer("conv2")], 7)[0]
 
 
+@pytest.mark.slow
 def test_a_model_of_two_inputs_compensates_from_a_calibration_set_of_both():
     from pydsz.compress import pipeline
 
@@ -445,7 +447,7 @@ def test_cli_compensates_from_a_directory_of_images_and_refuses_a_mismatched_set
 
     x, _ = load_npz(bundled("fmnist_val.npz"))
     data, images = tmp_path / "data", tmp_path / "calibration"
-    for folder, part in ((data, x[:600]), (images, x[3000:3300])):
+    for folder, part in ((data, x[:400]), (images, x[3000:3200])):
         folder.mkdir()
         for i, image in enumerate(part):
             Image.fromarray(image).save(folder / f"{i:03d}.png")

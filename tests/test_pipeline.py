@@ -21,6 +21,7 @@ def result(lenet300, val):
     return pipeline.compress(lenet300, *val, budget=0.003)
 
 
+@pytest.mark.slow
 def test_compress_stays_within_the_budget_measured_on_the_decoded_model(result, lenet300, val):
     decoded = container.load(result.dsz).tflite_bytes()
     measured = runtime.accuracy(decoded, *val)
@@ -49,6 +50,7 @@ def test_chosen_bounds_are_what_the_file_holds(result):
             assert layer.name not in bounds
 
 
+@pytest.mark.slow
 def test_verification_tightens_when_losses_do_not_add_up(lenet300, val, monkeypatch):
     real_assess = pipeline.plan.assess
 
@@ -68,6 +70,7 @@ def test_verification_tightens_when_losses_do_not_add_up(lenet300, val, monkeypa
     assert result.attempts[-1]["measured_loss"] <= result.allowed
 
 
+@pytest.mark.slow
 def test_target_ratio_gives_the_best_accuracy_at_that_size(lenet300, val):
     result = pipeline.compress(lenet300, *val, target_ratio=8)
     streams = sum(l.stream_bytes for l in result.layers)
@@ -75,6 +78,7 @@ def test_target_ratio_gives_the_best_accuracy_at_that_size(lenet300, val):
     assert result.after == pytest.approx(runtime.accuracy(container.load(result.dsz).tflite_bytes(), *val), abs=1e-12)
 
 
+@pytest.mark.slow
 def test_reference_accuracy_shares_the_budget(lenet300, val):
     # an earlier step spent 0.3 points: no budget is left, nothing may be lost
     result = pipeline.compress(lenet300, *val, Budget(None, 0.003, spent=0.003))
@@ -147,6 +151,7 @@ def small_val(tmp_path_factory, val):
     return path
 
 
+@pytest.mark.slow
 def test_cli_compress_writes_the_dsz_and_the_report(small_val, tmp_path):
     out = tmp_path / "m.dsz"
     result = _dsz("compress", bundled("lenet300.tflite"), "--data", small_val, "--max-loss", "0.004",

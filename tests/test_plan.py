@@ -77,6 +77,7 @@ def val500():
     return x[:500], y[:500]
 
 
+@pytest.mark.slow
 def test_a_smooth_metric_measures_fewer_bounds_than_the_ladder_and_meets_the_budget(val500):
     data = bundled("lenet5.tflite").read_bytes()
     fitted = pipeline.compress(data, val500[0], None, Budget("output-error", 0.01), layers="all")

@@ -74,6 +74,7 @@ def head_update(lenet300_model, held, val):
     return new, diff(held_model(held), new, x, y, Budget("top1", 0.01))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compensate", [True, False])
 def test_update_applies_to_the_servers_bytes_within_budget_and_bounds(held, head_update, lenet300_model, val,
                                                                       compensate):
@@ -141,6 +142,7 @@ def test_a_chain_of_five_updates_ends_on_the_servers_bytes_without_drift(lenet30
     assert evaluator.measure_model(device).loss / evaluator.samples <= 0.01
 
 
+@pytest.mark.slow
 def test_an_unrelated_model_costs_no_more_than_its_whole_dsz_and_a_header(lenet300_model, lenet300, val):
     rng = np.random.default_rng(3)
     new = lenet300_model.replace({n: rng.permutation(lenet300_model.weight(n).reshape(-1)).reshape(
@@ -209,6 +211,7 @@ def files(tmp_path_factory, held, head_update, val):
     return folder
 
 
+@pytest.mark.slow
 def test_dsz_diff_and_patch(files):
     r = dsz("diff", files / "held.dsz", files / "new.tflite", "--data", files / "val.npz", "--max-loss", "0.01",
             "-o", files / "u.dszu")
