@@ -149,6 +149,24 @@ def test_lossless_wrapper_used_when_smaller():
     np.testing.assert_array_equal(codec.decompress_array(b), x)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300_000), st.floats(0.01, 1.0), st.integers(0, 2**32 - 1))
+def test_lzma_wrapper_is_preset_9_with_a_section_sized_dictionary(n, p, seed):
+    """lzma -9 coded with a dictionary cut to the section: exactly as many bytes as xz -9's own (the
+    assessment's sizes are unchanged), and a device decodes it in about the section's size, not 64 MiB."""
+    import lzma
+
+    from pydsz.format import wrapping
+
+    raw = np.minimum(np.random.default_rng(seed).geometric(p, n), 255).astype(np.uint8).tobytes()  # gap-like
+    codec_id, packed = wrapping.wrap(raw, ((wrapping.LZMA, 9),))
+    if codec_id == wrapping.NONE:
+        return
+    assert len(packed) == len(lzma.compress(raw, preset=9))
+    limit = max(n, 4096) + (1 << 20)  # the dictionary and the decoder's own state
+    assert lzma.LZMADecompressor(memlimit=limit).decompress(packed) == raw
+
+
 def small_stream():
     return codec.compress_array(np.array([0.1, -0.25, 3.0, np.nan, 0.1, 7.5], np.float32), 1e-2)
 

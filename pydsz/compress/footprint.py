@@ -21,9 +21,10 @@ import numpy as np
 
 MIB = 1 << 20
 # the codec's working memory is measured on a section of CODEC_SAMPLE bytes; a section of 1 MiB, the
-# largest that tries every coder, takes up to CODEC_GROWTH more (lzma -9's match finder: 27 MiB measured)
+# largest that tries every coder, takes up to CODEC_GROWTH more (zstd -22 and lzma -9 with a 1 MiB
+# dictionary: 16.4 MiB measured, on random, constant and gap-like bytes)
 CODEC_SAMPLE = 1 << 16
-CODEC_GROWTH = 32 * MIB
+CODEC_GROWTH = 20 * MIB
 
 
 def process() -> dict:
@@ -31,9 +32,9 @@ def process() -> dict:
     command imports with the interpreter's kernels (they load with the first interpreter: one of a
     two-op model built here), and apart from it the codec's working memory, which comes on
     top of whatever else is held while a stream is encoded (lzma -9 and zstd -22 try every index
-    section of up to 1 MiB: 64 MiB for a 4 KiB section, 66 for 64 KiB, 94 for 1 MiB; measured here on
-    64 KiB, a fifth of a second, with CODEC_GROWTH for the larger sections). Zeros where memory cannot be
-    read."""
+    section of up to 1 MiB: 1 MiB for a 4 KiB section, 3 for 64 KiB, 19 for 1 MiB; measured here on
+    64 KiB, a twentieth of a second, with CODEC_GROWTH for the larger sections). Zeros where memory cannot
+    be read."""
     from pydsz.compress import pipeline  # noqa: F401  (what compress imports)
     from pydsz.format import wrapping
     from pydsz.format.interpreter import make_interpreter

@@ -18,6 +18,8 @@ NAMES = {0: "none", 1: "zstd", 2: "lzma", 3: "bz2", 4: "zlib"}
 
 
 _CHUNK = 1 << 20
+# the dictionary size of each xz preset (xz(1)); a section no larger is coded the same with a dictionary its size
+_LZMA_PRESET_DICT = dict(enumerate(kib << 10 for kib in (256, 1024, 2048, 4096, 4096, 8192, 8192, 16384, 32768, 65536)))
 
 
 def inflate(codec: int, data: np.ndarray, raw_size: int, what: str) -> np.ndarray:
@@ -58,7 +60,12 @@ def wrap(raw: bytes, codecs: tuple) -> tuple[int, bytes]:
         if codec == ZSTD:
             packed = zstandard.ZstdCompressor(level=level).compress(raw)
         elif codec == LZMA:
-            packed = lzma.compress(raw, preset=level)
+            # the preset's dictionary cut to the section: the same LZMA2 data (only the header's
+            # dictionary size differs), without setting up a 64 MiB dictionary's match finder for
+            # every section (most of an assessment's time where candidates choose their index) or
+            # decoding into one
+            dictionary = min(max(len(raw), 4096), _LZMA_PRESET_DICT[level])  # 4 KiB: LZMA2's least
+            packed = lzma.compress(raw, filters=[{"id": lzma.FILTER_LZMA2, "preset": level, "dict_size": dictionary}])
         elif codec == BZ2:
             packed = bz2.compress(raw, level)
         else:
