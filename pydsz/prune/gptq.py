@@ -211,16 +211,22 @@ class Sequential:
         return total.result()
 
 
-def inverse_factor(h: np.ndarray, damp: float) -> np.ndarray:
+def inverse_factor(h: np.ndarray, damp: float, overwrite: bool = False) -> np.ndarray:
     """Upper Cholesky factor of (H + damp * mean(diag H) * I)^-1; inputs never seen (zero diagonal)
-    get a unit diagonal so that H stays invertible and their columns pass nothing on."""
-    h = h.copy()
+    get a unit diagonal so that H stays invertible and their columns pass nothing on. overwrite: h
+    may be changed and, where the caller holds no other reference, is let go before the factor is
+    made (a layer's H is as large as its factor: oww_timer's fc1, 81 MiB)."""
+    if not overwrite:
+        h = h.copy()
     diag = np.diagonal(h).copy()
     dead = diag == 0
     diag[dead] = 1.0
     np.fill_diagonal(h, diag + damp * float(np.mean(diag)))
     inverse = np.linalg.inv(h)
-    return np.linalg.cholesky((inverse + inverse.T) / 2).T
+    del h
+    inverse += inverse.T  # numpy reads the transposed view from a copy: (H^-1 + H^-T) / 2 as before
+    inverse /= 2
+    return np.linalg.cholesky(inverse).T
 
 
 # ---- the sweep ----
