@@ -117,6 +117,22 @@ def test_a_sweep_order_is_the_same_problem_with_its_columns_permuted():
     assert proxy(ordered) < proxy(natural)
 
 
+def test_the_inverse_factor_made_in_place_is_the_same_to_the_bit():
+    """overwrite=True (compensation's sweeps, to hold one H less) changes its input and nothing else;
+    the default leaves the caller's H as it was. A dead input (zero diagonal) takes the unit path."""
+    from pydsz.prune import gptq
+
+    x = np.random.default_rng(3).standard_normal((300, 40))
+    x[:, 7] = 0
+    h = 2.0 / len(x) * (x.T @ x)
+    kept = h.copy()
+    factor = gptq.inverse_factor(h, gptq.DAMP)
+    assert np.array_equal(h, kept)
+    assert np.array_equal(gptq.inverse_factor(h, gptq.DAMP, overwrite=True), factor)
+    assert not np.array_equal(h, kept)  # damped in place
+    assert np.allclose(factor.T @ factor, np.linalg.inv(h), rtol=1e-6, atol=1e-9)
+
+
 def test_a_singular_layer_is_compensated_only_where_the_loss_can_see_its_fit():
     tflite = bundled("lenet300.tflite").read_bytes()
     x = load_npz(bundled("fmnist_val.npz"))[0]
