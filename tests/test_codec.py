@@ -167,6 +167,38 @@ def test_lzma_wrapper_is_preset_9_with_a_section_sized_dictionary(n, p, seed):
     assert lzma.LZMADecompressor(memlimit=limit).decompress(packed) == raw
 
 
+def test_a_section_that_declares_a_huge_window_is_refused():
+    """An untrusted wrapped section may not make its decoder allocate more than its raw size (or, for
+    lzma, -9's 64 MiB of older files) needs: a zstd frame declaring a 128 MiB window and an .xz
+    declaring a 4 GiB dictionary around 5 KB are format errors, and their honest twins decode."""
+    import lzma
+    import zlib
+
+    import zstandard
+
+    from pydsz.format import wrapping
+
+    raw = np.random.default_rng(5).integers(0, 4, 5000, dtype=np.uint8).tobytes()
+    params = zstandard.ZstdCompressionParameters.from_level(19, window_log=27)
+    huge = zstandard.ZstdCompressor(compression_params=params).compressobj()
+    huge = huge.compress(raw) + huge.flush()  # streamed: no content size, the window as declared
+    assert zstandard.get_frame_parameters(huge).window_size == 1 << 27
+    with pytest.raises(FormatError, match="zstd-wrapped section does not decompress"):
+        wrapping.inflate(wrapping.ZSTD, np.frombuffer(huge, np.uint8), len(raw), "t")
+    honest = zstandard.ZstdCompressor(level=19).compress(raw)
+    assert wrapping.inflate(wrapping.ZSTD, np.frombuffer(honest, np.uint8), len(raw), "t").tobytes() == raw
+
+    xz = bytearray(wrapping.wrap(raw, ((wrapping.LZMA, 9),))[1])
+    assert xz[16] < 40  # the LZMA2 dictionary-size byte of the first block header (bytes 12-23)
+    xz[16] = 40  # 4 GiB - 1
+    xz[20:24] = zlib.crc32(bytes(xz[12:20])).to_bytes(4, "little")
+    assert lzma.decompress(bytes(xz)) == raw  # a valid stream, only its declared dictionary is huge
+    with pytest.raises(FormatError, match="lzma-wrapped section does not decompress"):
+        wrapping.inflate(wrapping.LZMA, np.frombuffer(bytes(xz), np.uint8), len(raw), "t")
+    old = lzma.compress(raw, preset=9)  # as files before Nov 2026 wrote it: a 64 MiB dictionary
+    assert wrapping.inflate(wrapping.LZMA, np.frombuffer(old, np.uint8), len(raw), "t").tobytes() == raw
+
+
 def small_stream():
     return codec.compress_array(np.array([0.1, -0.25, 3.0, np.nan, 0.1, 7.5], np.float32), 1e-2)
 

@@ -31,7 +31,7 @@ def inflate(codec: int, data: np.ndarray, raw_size: int, what: str) -> np.ndarra
     try:
         if codec == ZSTD:
             parts, got = [], 0
-            with zstandard.ZstdDecompressor().stream_reader(data.tobytes()) as reader:
+            with zstandard.ZstdDecompressor(max_window_size=_window(raw_size)).stream_reader(data.tobytes()) as reader:
                 while got < limit:
                     chunk = reader.read(min(_CHUNK, limit - got))
                     if not chunk:
@@ -40,7 +40,8 @@ def inflate(codec: int, data: np.ndarray, raw_size: int, what: str) -> np.ndarra
                     got += len(chunk)
             out = b"".join(parts)
         else:
-            dec = {LZMA: lzma.LZMADecompressor, BZ2: bz2.BZ2Decompressor, ZLIB: zlib.decompressobj}[codec]()
+            dec = {LZMA: lambda: lzma.LZMADecompressor(memlimit=_lzma_memory(raw_size)),
+                   BZ2: bz2.BZ2Decompressor, ZLIB: zlib.decompressobj}[codec]()
             out = dec.decompress(data.tobytes(), limit)
             if not dec.eof:
                 raise ValueError("stream incomplete")
@@ -49,6 +50,18 @@ def inflate(codec: int, data: np.ndarray, raw_size: int, what: str) -> np.ndarra
     if len(out) != raw_size:
         raise FormatError(f"{what}: {name}-wrapped section holds {len(out)} bytes, header declares {raw_size}")
     return np.frombuffer(out, dtype=np.uint8)
+
+
+# What an untrusted section may make its decoder allocate: the window or dictionary its header
+# declares, which need not be larger than the raw size the frame header gives (zstd writes a window
+# of at least 1 KiB, at most the next power of two above the content; wrap's lzma a dictionary of at
+# least 4 KiB, and files before Nov 2026 -9's 64 MiB), plus the decoder's own state.
+def _window(raw_size: int) -> int:
+    return min(max(1 << 10, 1 << max(raw_size - 1, 0).bit_length()), 1 << 27)  # 2^27: zstd's default limit
+
+
+def _lzma_memory(raw_size: int) -> int:
+    return max(raw_size, _LZMA_PRESET_DICT[9]) + (1 << 20)
 
 
 def wrap(raw: bytes, codecs: tuple) -> tuple[int, bytes]:
