@@ -245,7 +245,7 @@ def test_compensator_keeps_zeros_and_lowers_the_output_error(lenet300, calibrati
 
 
 def test_a_hessian_too_large_is_refused_naming_the_layer(lenet300, calibration):
-    with pytest.raises(InputError, match=r"layer fc1 \(\(300, 784\)\) needs 0\.01 GiB"):
+    with pytest.raises(InputError, match=r"layer fc1 \(\(300, 784\)\) needs 0\.02 GiB"):
         oneshot.prune_layers(lenet300, calibration, 0.5, max_hessian_bytes=1 << 20)
 
 

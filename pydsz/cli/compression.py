@@ -178,7 +178,7 @@ def cmd_prune(args) -> None:
         val = data_for(args, model)
         calibration = (load_data(args.train, TFLiteModel(model), normalize=args.normalize)[0] if args.train
                        else val[0])
-        memory, extra = _oneshot_memory(model, calibration, val[0], args.layers)
+        memory, extra = _oneshot_memory(model, calibration, val[0], args.layers, auto=args.sparsity == "auto")
         kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
         result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds,
                                auto_budget=Budget(args.metric, args.auto_budget, output=args.model_output,
@@ -217,12 +217,13 @@ def cmd_prune(args) -> None:
         print(f"wrote {args.output}; peak memory {peak_memory(process, len(model), memory, extra)}")
 
 
-def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, dict]:
+def _oneshot_memory(model: bytes, calibration, val, layers: str, auto: bool = False) -> tuple[dict, dict]:
     """What one-shot pruning holds (pydsz.compress.footprint); and, before any work, a model whose outputs on the
     calibration inputs are not finite is refused (inputs that are not are, when they are loaded). The
-    Hessians' part: the largest layer's H (three float64 copies) and its input for one streamed
-    batch (runtime.stream: within CAPTURE_BYTES unless one sample is larger), float32 and the
-    float64 copy it is summed in."""
+    Hessians' part: the largest layer's H while it is factored (gptq.hessian_bytes) and its input for
+    one streamed batch (runtime.stream: within CAPTURE_BYTES unless one sample is larger), float32 and
+    the float64 copy it is summed in; auto (--sparsity auto): every layer's factor, kept while the
+    plan's curves are measured."""
     from pydsz.model import runtime
     from pydsz.model.data import check_outputs
     from pydsz.model.graph import TFLiteModel
@@ -246,6 +247,8 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str) -> tuple[dict, 
               "outputs": sum(v.nbytes for v in outputs.values())}
     extra = {"Hessian": max((hessian_bytes(layer) for layer in chosen), default=0),
              "streamed layer inputs (float32 + float64)": 3 * streamed}
+    if auto:
+        extra["the factors kept for the plan"] = sum(hessian_bytes(layer) // 4 for layer in chosen)
     return memory, extra
 
 

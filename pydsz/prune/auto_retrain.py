@@ -32,8 +32,8 @@ from pydsz.prune.train import ACTIVATIONS, Dense, Retraining, _softmax, logits, 
 # least PROXY_MIN, at most PROXY_MAX), so that VGG-16's 103M-weight fc1 is not run on thousands.
 PROXY_MACS = 2e9
 PROXY_MIN, PROXY_MAX = 128, 2000
-# One-shot masks need a layer's Hessian (inputs x inputs, three float64 copies): beyond this, the
-# schedule is not a candidate for that model.
+# One-shot masks need a layer's Hessian (inputs x inputs, four float64 copies while it is inverted, as
+# gptq.hessian_bytes counts them): beyond this, the schedule is not a candidate for that model.
 ONESHOT_HESSIAN_BYTES = MAX_HESSIAN_BYTES
 
 
@@ -128,14 +128,14 @@ def choose(layers: list[Dense], train: tuple, val: tuple, names: Sequence[str], 
 def oneshot_masks(layers: Sequence[Dense], h: np.ndarray, targets: dict) -> Optional[list[Dense]]:
     """The tail pruned one-shot to `targets` (SparseGPT on its cached inputs, layer after layer, each on
     the inputs the pruned layers before it give), or None where a Hessian would be too large."""
-    if any(8 * 3 * l.weight.shape[1] ** 2 > ONESHOT_HESSIAN_BYTES for l in layers if l.name in targets):
+    if any(4 * 8 * l.weight.shape[1] ** 2 > ONESHOT_HESSIAN_BYTES for l in layers if l.name in targets):
         return None
     x = h[: min(len(h), 5000)].reshape(min(len(h), 5000), -1).astype(np.float64)
     out = []
     for l in layers:
         w = l.weight
         if targets.get(l.name):
-            factor = inverse_factor(2.0 / len(x) * (x.T @ x), DAMP)
+            factor = inverse_factor(2.0 / len(x) * (x.T @ x), DAMP, overwrite=True)
             w = sweep(np.asarray(l.weight, np.float64), factor, sparsity=targets[l.name]).astype(np.float32)
         out.append(replace(l, weight=w))
         x = ACTIVATIONS[l.activation][0](x @ w.T.astype(np.float64) + l.bias)

@@ -28,7 +28,7 @@ from pydsz.model.tensors import Layer
 DAMP = 0.01  # share of H's mean diagonal added to it: keeps the inverse stable (SparseGPT's default)
 BLOCK = 128  # columns per lazy block: updates within a block are rank-1, across blocks one matmul
 PATCH_VALUES = 1 << 22  # im2col values built at once (float64: 32 MiB)
-MAX_HESSIAN_BYTES = 2 << 30  # H, its inverse and the Cholesky factor of one layer, float64
+MAX_HESSIAN_BYTES = 2 << 30  # what one layer's H takes while it is inverted (hessian_bytes)
 _PADDING = {0: "SAME", 1: "VALID"}  # tflite schema's Padding enum
 # the codec's largest quantization index: |x / step| beyond it is stored verbatim (libdsz radius 32768)
 _QMAX = 32767.0
@@ -117,10 +117,13 @@ def _patches(model: TFLiteModel, layer: Layer, inputs: np.ndarray):
 # ---- the Hessian ----
 
 def hessian_bytes(layer: Layer) -> int:
-    """Float64 bytes one layer's sweep holds at once: H, its inverse and the Cholesky factor."""
+    """Float64 bytes one layer's factoring holds at once (inverse_factor, overwrite=True): H and numpy's
+    inversion of it (LAPACK's copy of H, the identity it solves for, the inverse): four layer-sized
+    squares (oww_timer's fc1, 3264 inputs: 4 x 81 MiB, measured); the Cholesky factor comes after,
+    from the inverse alone, in three."""
     cols = layer.shape[1] * layer.shape[2] if _is_depthwise(layer) else int(np.prod(layer.shape[1:]))
     groups = layer.shape[-1] if _is_depthwise(layer) else 1
-    return 3 * 8 * groups * cols * cols
+    return 4 * 8 * groups * cols * cols
 
 
 def check_memory(layers: Sequence[Layer], limit: int = MAX_HESSIAN_BYTES) -> None:
@@ -131,7 +134,7 @@ def check_memory(layers: Sequence[Layer], limit: int = MAX_HESSIAN_BYTES) -> Non
     need = hessian_bytes(largest)
     if need > limit:
         raise InputError(f"layer {largest.name} ({largest.shape}) needs {need / 2**30:.2f} GiB for its Hessian "
-                         f"(float64, inputs x inputs, three copies), more than the {limit / 2**30:.2f} GiB allowed: "
+                         f"(float64, inputs x inputs, four copies), more than the {limit / 2**30:.2f} GiB allowed: "
                          "leave it out (--layers) or raise the limit")
 
 

@@ -60,8 +60,7 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
     inputs = Sequential(model, x, todo, run.num_threads)
     for layer in tqdm(todo, desc="one-shot pruning", unit="layer", disable=not run.progress, leave=False):
         start = time.perf_counter()
-        h = inputs.hessian(model, layer)
-        factors = [inverse_factor(g, damp) for g in h]
+        factors = [inverse_factor(g, damp, overwrite=True) for g in inputs.hessian(model, layer)]  # H let go
         weight = solve(layer, model.weight(layer), factors, sparsity=targets[layer.name], nm=nm)
         model = TFLiteModel(model.replace({layer.name: weight}))
         seconds[layer.name] = time.perf_counter() - start
@@ -140,7 +139,7 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     def prune(name: str, s: float) -> np.ndarray:
         layer = model.layer(name)
         if name not in factors:
-            factors[name] = [inverse_factor(g, DAMP) for g in hessians.hessian(model, layer)]
+            factors[name] = [inverse_factor(g, DAMP, overwrite=True) for g in hessians.hessian(model, layer)]
         return solve(layer, model.weight(layer), factors[name], sparsity=s)
 
     curves = auto_sparsity.measure_curves({l.name: model.weight(l) for l in layers}, prune,
