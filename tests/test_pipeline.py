@@ -213,3 +213,20 @@ def test_demo_run_prunes_and_compresses_within_the_budget_on_validation():
     assert s["sparsity"]["fc1"] == pytest.approx(0.95, abs=1e-3)
     assert s["ratio"] > 40
     assert "LeNet-5 pydsz" in demo.table([row])
+
+
+def test_an_executor_that_outlives_a_job_lets_its_evaluator_go(lenet300, val):
+    """The command's Run, and the executor in it, outlive each compress (--prune auto compresses once
+    per pruning share): the executor must not keep a finished job's Evaluator, with its compensation's
+    factors and cached activations, alive into the next (oww_timer: 245 MiB past the printed bound)."""
+    import gc
+
+    from pydsz.assess.executor import Local
+    from pydsz.compress.compensation import Compensation
+    from pydsz.context import Run
+
+    run = Run(executor=Local())
+    x, y = val
+    pipeline.compress(lenet300, x[:400], y[:400], Budget("top1", 0.01), run=run, compensation=Compensation(False))
+    gc.collect()
+    assert run.executor.evaluator is None
