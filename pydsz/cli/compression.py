@@ -227,7 +227,7 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str, auto: bool = Fa
     from pydsz.model import runtime
     from pydsz.model.data import check_outputs
     from pydsz.model.graph import TFLiteModel
-    from pydsz.prune.gptq import hessian_bytes, selectable
+    from pydsz.prune.gptq import factor_bytes, hessian_bytes, selectable
 
     parsed = TFLiteModel(model)
     val = runtime.fit_inputs(parsed.input_details(), val, finite=False)
@@ -248,7 +248,7 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str, auto: bool = Fa
     extra = {"Hessian": max((hessian_bytes(layer) for layer in chosen), default=0),
              "streamed layer inputs (float32 + float64)": 3 * streamed}
     if auto:
-        extra["the factors kept for the plan"] = sum(hessian_bytes(layer) // 4 for layer in chosen)
+        extra["the factors kept for the plan"] = sum(map(factor_bytes, chosen))
     return memory, extra
 
 

@@ -28,8 +28,8 @@ from pydsz.prune.gptq import (
     PATCH_VALUES,
     Sequential,
     check_memory,
+    factor_bytes,
     grid,
-    hessian_bytes,
     inverse_factor,
     layer_matrix,
     rank_deficient,
@@ -107,11 +107,11 @@ class Compensator:
         layers = list(self.layers.values())
         inputs = self.x if isinstance(self.x, (list, tuple)) else [self.x]
         return {"calibration data": sum(np.asarray(a).nbytes for a in inputs),
-                "compensation factors": sum(hessian_bytes(l) // 4 for l in layers),
+                "compensation factors": sum(map(factor_bytes, layers)),
                 "compensated weights kept": min(SOLVED_BYTES, sum(l.nbytes for l in layers)),
                 # a layer's Hessian is made, then solved with: the larger of the two at a time; while
                 # it is factored, three copies beside its factor (counted above), which comes last
-                "a Hessian at work": max(max(map(hessian_bytes, layers), default=0) * 3 // 4 + 3 * 8 * PATCH_VALUES,
+                "a Hessian at work": max(3 * max(map(factor_bytes, layers), default=0) + 3 * 8 * PATCH_VALUES,
                                          max((SOLVE_COPIES * 8 * int(np.prod(l.shape)) for l in layers), default=0))}
 
     def __getstate__(self) -> dict:

@@ -116,14 +116,20 @@ def _patches(model: TFLiteModel, layer: Layer, inputs: np.ndarray):
 
 # ---- the Hessian ----
 
+def factor_bytes(layer: Layer) -> int:
+    """Float64 bytes of one layer's H, or of its factor (inputs x inputs per group): what is kept per
+    layer once it is factored."""
+    cols = layer.shape[1] * layer.shape[2] if _is_depthwise(layer) else int(np.prod(layer.shape[1:]))
+    groups = layer.shape[-1] if _is_depthwise(layer) else 1
+    return 8 * groups * cols * cols
+
+
 def hessian_bytes(layer: Layer) -> int:
     """Float64 bytes one layer's factoring holds at once (inverse_factor, overwrite=True): H and numpy's
     inversion of it (LAPACK's copy of H, the identity it solves for, the inverse): four layer-sized
     squares (oww_timer's fc1, 3264 inputs: 4 x 81 MiB, measured); the Cholesky factor comes after,
     from the inverse alone, in three."""
-    cols = layer.shape[1] * layer.shape[2] if _is_depthwise(layer) else int(np.prod(layer.shape[1:]))
-    groups = layer.shape[-1] if _is_depthwise(layer) else 1
-    return 4 * 8 * groups * cols * cols
+    return 4 * factor_bytes(layer)
 
 
 def check_memory(layers: Sequence[Layer], limit: int = MAX_HESSIAN_BYTES) -> None:
