@@ -162,3 +162,18 @@ def long_conv_model(length: int = 20000, channels: int = 16) -> bytes:
     ops = [("CONV_2D", [0, 1, 2], [3], "Conv2DOptions", conv), ("CONV_2D", [3, 4, 5], [6], "Conv2DOptions", conv),
            ("CONV_2D", [6, 7, 8], [9], "Conv2DOptions", {**conv, "FusedActivationFunction": 0})]
     return build([{"tensors": tensors, "ops": ops, "inputs": [0], "outputs": [9]}])
+
+
+def wide_fc_model(inputs: int = 3000, hidden: int = 64, outputs: int = 8) -> bytes:
+    """x [N, inputs] -> FC to `hidden` (ReLU) -> FC to `outputs`: the first layer's Hessian is inputs^2
+    float64 (openWakeWord's timer model: 3264 inputs, 81 MiB)."""
+    tensors = [{"shape": [1, inputs], "signature": [-1, inputs]},
+               {"shape": [hidden, inputs], "data": (_w((hidden, inputs), 7) / np.float32(np.sqrt(inputs))).astype("<f4").tobytes()},
+               {"shape": [hidden], "data": np.zeros(hidden, "<f4").tobytes()},
+               {"shape": [1, hidden], "signature": [-1, hidden]},
+               {"shape": [outputs, hidden], "data": _w((outputs, hidden), 8).tobytes()},
+               {"shape": [outputs], "data": np.zeros(outputs, "<f4").tobytes()},
+               {"shape": [1, outputs], "signature": [-1, outputs]}]
+    ops = [("FULLY_CONNECTED", [0, 1, 2], [3], "FullyConnectedOptions", {"FusedActivationFunction": 1}),
+           ("FULLY_CONNECTED", [3, 4, 5], [6])]
+    return build([{"tensors": tensors, "ops": ops, "inputs": [0], "outputs": [6]}])

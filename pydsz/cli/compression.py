@@ -173,14 +173,14 @@ def cmd_prune(args) -> None:
     if args.method == "oneshot":
         from pydsz.model.data import load_data
         from pydsz.model.graph import TFLiteModel
+        from pydsz.model.selection import KINDS
 
         # an .npz (labels only to report and to judge --sparsity auto by) or a directory of images
         val = data_for(args, model)
         calibration = (load_data(args.train, TFLiteModel(model), normalize=args.normalize)[0] if args.train
                        else val[0])
         memory, extra = _oneshot_memory(model, calibration, val[0], args.layers, auto=args.sparsity == "auto")
-        kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[args.layers]
-        result = prune_oneshot(model, calibration, val, args.sparsity, kinds=kinds,
+        result = prune_oneshot(model, calibration, val, args.sparsity, kinds=KINDS[args.layers],
                                auto_budget=Budget(args.metric, args.auto_budget, output=args.model_output,
                                                   option="--auto-budget", margin_option=None),
                                run=_run(args, "cpu"))
@@ -218,16 +218,14 @@ def cmd_prune(args) -> None:
 
 
 def _oneshot_memory(model: bytes, calibration, val, layers: str, auto: bool = False) -> tuple[dict, dict]:
-    """What one-shot pruning holds (pydsz.compress.footprint); and, before any work, a model whose outputs on the
-    calibration inputs are not finite is refused (inputs that are not are, when they are loaded). The
-    Hessians' part: the largest layer's H while it is factored (gptq.hessian_bytes) and its input for
-    one streamed batch (runtime.stream: within CAPTURE_BYTES unless one sample is larger), float32 and
-    the float64 copy it is summed in; auto (--sparsity auto): every layer's factor, kept while the
-    plan's curves are measured."""
+    """What one-shot pruning holds (pydsz.compress.footprint; the Hessians' part: oneshot.footprint); and,
+    before any work, a model whose outputs on the calibration inputs are not finite is refused (inputs
+    that are not are, when they are loaded)."""
     from pydsz.model import runtime
     from pydsz.model.data import check_outputs
     from pydsz.model.graph import TFLiteModel
-    from pydsz.prune.gptq import factor_bytes, hessian_bytes, selectable
+    from pydsz.model.selection import KINDS
+    from pydsz.prune.oneshot import footprint
 
     parsed = TFLiteModel(model)
     val = runtime.fit_inputs(parsed.input_details(), val, finite=False)
@@ -237,19 +235,10 @@ def _oneshot_memory(model: bytes, calibration, val, layers: str, auto: bool = Fa
     keys = [d["key"] for d in parsed.output_details()]
     outputs = runtime.outputs(model, calibration, keys, batch_size=batch)  # what the Hessians are built from
     check_outputs(outputs)
-    kinds = {"fc": ("fc",), "conv": ("conv",), "all": ("fc", "conv")}[layers]
-    chosen = selectable(parsed, kinds)
-    one = max((probe.tensors or {}).get(layer.input, 0) for layer in chosen) if chosen else 0
-    streamed = min(len(calibration[0]), runtime.DEFAULT_BATCH) * one
-    streamed = min(streamed, max(runtime.CAPTURE_BYTES, one))
     memory = {"data": sum(a.nbytes for a in calibration) + sum(a.nbytes for a in val),
               "batch_bytes": max(batch, 2) * probe.sample_bytes,  # the probe kept every tensor of two samples
               "outputs": sum(v.nbytes for v in outputs.values())}
-    extra = {"Hessian": max((hessian_bytes(layer) for layer in chosen), default=0),
-             "streamed layer inputs (float32 + float64)": 3 * streamed}
-    if auto:
-        extra["the factors kept for the plan"] = sum(map(factor_bytes, chosen))
-    return memory, extra
+    return memory, footprint(parsed, probe, len(calibration[0]), KINDS[layers], auto)
 
 
 def cmd_demo(args) -> None:

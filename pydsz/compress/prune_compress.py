@@ -105,6 +105,9 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
         spent = max(0.0, judge.measure_model(pruned.tflite).loss / n)
         result = compress(pruned.tflite, x, y, replace(budget, spent=spent),
                           compensation=Compensation(enabled=compensate), run=run, layers=choice)
+        if not retrain:
+            first = calibration[0] if isinstance(calibration, (list, tuple)) else calibration
+            _count_pruning(result.memory, oneshot.footprint(model, judge.probe, len(first), KINDS[layers], auto=True))
         split = Split("retrain" if retrain else "oneshot", share, max_loss, spent, result.loss,
                       {k: v for k, v in pruned.sparsity.items() if v > 0}, pruned.notes)
         tried.append({"share": share, "bytes": len(result.dsz), "ratio": result.ratio, "pruning_loss": spent,
@@ -114,6 +117,16 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
     result, split = best
     split.tried = tried
     return result, split
+
+
+def _count_pruning(memory: dict, pruning: dict) -> None:
+    """Add to compress's footprint (Evaluator.footprint: the interpreter's parts, then compensation's) what
+    one-shot pruning held beyond compensation: pruning has let its Hessians go before the bounds are
+    chosen, so only the larger of the two stands at once."""
+    evaluating = ("data", "batch_bytes", "outputs")
+    beyond = sum(pruning.values()) - sum(v for k, v in memory.items() if k not in evaluating)
+    if beyond > 0:
+        memory["one-shot pruning's Hessians" + (", beyond that" if len(memory) > len(evaluating) else "")] = beyond
 
 
 def _resolvable(shares, metric, max_loss: float, margin: float, n: int) -> list[float]:

@@ -19,7 +19,17 @@ from pydsz.errors import InputError
 from pydsz.model import runtime
 from pydsz.model.graph import TFLiteModel
 from pydsz.prune import auto_sparsity
-from pydsz.prune.gptq import DAMP, MAX_HESSIAN_BYTES, Sequential, check_memory, inverse_factor, selectable, solve
+from pydsz.prune.gptq import (
+    DAMP,
+    MAX_HESSIAN_BYTES,
+    Sequential,
+    check_memory,
+    factor_bytes,
+    hessian_bytes,
+    inverse_factor,
+    selectable,
+    solve,
+)
 from pydsz.prune.masks import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, by_size, density, sparsity_targets
 from pydsz.prune.retraining import PruneResult
 
@@ -100,6 +110,22 @@ def prune_model(
         notes.append(_loss_note(bytes(tflite_bytes), result.tflite, x_val, judged.metric, run.num_threads))
     return PruneResult(result.tflite, result.sparsity, result.pruned, result.already_sparse,
                        top1(bytes(tflite_bytes)), top1(result.tflite), "oneshot", result.seconds, notes)
+
+
+def footprint(model: TFLiteModel, probe, samples: int, kinds: Sequence[str], auto: bool = False) -> dict:
+    """What one-shot pruning holds beside evaluating (pydsz.compress.footprint): the largest layer's H while
+    it is factored (gptq.hessian_bytes) and its input for one streamed batch (runtime.stream: within
+    CAPTURE_BYTES unless one sample is larger), float32 and the float64 copy it is summed in; auto: every
+    layer's factor, kept while the plan's curves are measured. probe: runtime.probe's on the model's
+    inputs; samples: how many calibration inputs."""
+    chosen = selectable(model, kinds)
+    one = max((probe.tensors or {}).get(layer.input, 0) for layer in chosen) if chosen else 0
+    streamed = min(min(samples, runtime.DEFAULT_BATCH) * one, max(runtime.CAPTURE_BYTES, one))
+    parts = {"Hessian": max((hessian_bytes(layer) for layer in chosen), default=0),
+             "streamed layer inputs (float32 + float64)": 3 * streamed}
+    if auto:
+        parts["the factors kept for the plan"] = sum(map(factor_bytes, chosen))
+    return parts
 
 
 def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kinds: Sequence[str], judged: Budget,
