@@ -23,7 +23,7 @@ from pydsz.format.container import DszModel, tensor_place
 class Stages:
     """Seconds spent in each decoding stage, summed over the model's tensors."""
 
-    lossless: float = 0.0        # the zstd rest of the model and each section's lossless wrapper
+    lossless: float = 0.0        # the zstd or lzma rest of the model and each section's lossless wrapper
     values: float = 0.0          # the quantized values alone (a separate, measuring pass)
     reconstruction: float = 0.0  # zeroing, index decoding and scatter: the fused pass minus `values`
     per_tensor: dict = field(default_factory=dict)

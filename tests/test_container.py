@@ -5,11 +5,12 @@ import zlib
 
 import numpy as np
 import pytest
+import zstandard
 
 import pydsz
 from pydsz.encode import pack
 from pydsz.errors import FormatError, InputError
-from pydsz.format import container
+from pydsz.format import container, wrapping
 from pydsz.model.data import bundled, load_npz
 from pydsz.model.graph import TFLiteModel
 
@@ -166,7 +167,75 @@ def test_wrong_magic_is_named(packed_lenet300):
 
 def test_reserved_flags_must_be_zero(packed_lenet300):
     with pytest.raises(FormatError, match="reserved"):
-        pydsz.load(_with_header_field(packed_lenet300, 6, "<H", 1))
+        pydsz.load(_with_header_field(packed_lenet300, 6, "<H", 2))
+    # the lzma rest's flag came with version 4
+    older = _with_header_field(_with_header_field(packed_lenet300, 4, "<H", 3), 6, "<H", container.REST_LZMA)
+    with pytest.raises(FormatError, match="reserved"):
+        pydsz.load(older)
+
+
+@pytest.mark.parametrize("name", ["shared.tflite", "lenet300.tflite", "lenet5.tflite"])
+def test_the_rest_is_lzma_where_that_is_smaller(name):
+    # a graph and its lossless tensors without the holes' zero runs: lenet300's 2,668 bytes of zstd
+    # are 2,376 of lzma, lenet5's 98,539 (its convolutions lossless) 89,836
+    original = _model_bytes(name)
+    packed = pydsz.pack_model(original, 0.01)
+    m = pydsz.load(packed)
+    assert (m.rest_codec, m.version, m.info()["rest_codec"]) == ("lzma", 4, "lzma")
+    holes = [h for e in m.entries for h in e.holes]
+    assert len(m._rest) < 0.99 * len(pack._rest_compressor(checksum=True).compress(pack._rest(original, holes)))
+    decoded = np.frombuffer(m.tflite_bytes(), np.uint8)
+    for a, b in container.kept(len(original), holes):  # outside the compressed tensors: the original's bytes
+        assert decoded[a:b].tobytes() == original[a:b]
+    assert sum(b - a for a, b in container.kept(len(original), holes)) + sum(e.nbytes for e in m.entries) == len(original)
+
+
+def test_the_rest_stays_zstd_where_lzma_gains_nothing_or_the_model_is_large():
+    rng = np.random.default_rng(3)
+    noise = rng.integers(0, 256, 100_000, dtype=np.uint8).tobytes()  # lzma's headers cost more than it saves
+    assert pack._wrap_rest(noise, [])[0] == 0
+    large = bytes(container.LZMA_REST_MAX + 1)  # a model beyond what an lzma rest may hold
+    flags, rest = pack._wrap_rest(large, [])
+    assert flags == 0 and zstandard.decompress(rest) == large
+
+
+def _huge_dictionary(xz: bytes) -> bytes:
+    """The same xz stream declaring a 4 GiB dictionary (test_codec's crafting)."""
+    xz = bytearray(xz)
+    xz[16] = 40
+    xz[20:24] = zlib.crc32(bytes(xz[12:20])).to_bytes(4, "little")
+    return bytes(xz)
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda xz, kept: xz + b"\0" * 4, "more than"),  # xz's stream padding: not what pack writes
+    (lambda xz, kept: xz[:-13], "does not decompress|ends before"),  # cut inside the index
+    (lambda xz, kept: xz[:len(xz) // 2], r"holds \d+ bytes"),
+    (lambda xz, kept: wrapping.lzma_tables(kept[:-1]), r"holds \d+ bytes, the header"),  # one byte short
+    (lambda xz, kept: wrapping.lzma_tables(kept + b"\0"), "more than"),
+    (lambda xz, kept: _huge_dictionary(xz), "does not decompress"),
+    (lambda xz, kept: b"\xfd7zXZ\0" + bytes(64), "does not decompress"),
+])
+def test_a_damaged_lzma_rest_is_a_format_error(monkeypatch, damage, said):
+    """The rest's xz stream is untrusted as any section: every way of it not being the model's rest
+    (written here with both checksums right, as a writer's bug or a crafted file would be) is a
+    FormatError, and no more than the model's size plus its dictionary is ever allocated."""
+    def wrap(data, holes):
+        outside = b"".join(data[a:b] for a, b in container.kept(len(data), holes))
+        return container.REST_LZMA, damage(wrapping.lzma_tables(outside), outside)
+
+    monkeypatch.setattr(pack, "_wrap_rest", wrap)
+    packed = pydsz.pack_model(_model_bytes("lenet300.tflite"), 0.01)
+    with pytest.raises(FormatError, match=said):
+        pydsz.load(packed).tflite_bytes()
+
+
+def test_an_lzma_rest_may_not_declare_a_large_model(monkeypatch):
+    packed = pydsz.pack_model(_model_bytes("lenet300.tflite"), 0.01)
+    assert pydsz.load(packed).rest_codec == "lzma"
+    large = _with_header_field(packed, 16, "<Q", container.LZMA_REST_MAX + 1)
+    with pytest.raises(FormatError, match="lzma rest"):
+        pydsz.load(large)
 
 
 def test_frozen_fixture_keeps_decoding():

@@ -102,7 +102,7 @@ def test_tensor_at_an_unaligned_offset_decodes_through_a_copy():
     model = bytes(range(2)) + bytes(w.nbytes) + b"tail"
     entry = TensorEntry(name="fc1", buffer_index=1, offset=2, nbytes=w.nbytes, shape=w.shape,
                         representation="sparse", error_bound=1e-3, stream=codec.encode_sparse(w, 1e-3))
-    packed = _serialize(len(model), model, [entry])
+    packed = _serialize(model, [entry])
     out = pydsz.load(packed).tflite_bytes()
     assert out[:2] == model[:2] and out[-4:] == b"tail"
     np.testing.assert_allclose(np.frombuffer(out[2:2 + w.nbytes], "<f4").reshape(w.shape), w, atol=1e-3)

@@ -126,6 +126,6 @@ def test_container_entry_with_an_extent_numpy_cannot_address_is_a_format_error()
     stream = pydsz.encode_sparse(np.zeros((0, 3), np.float32), 0.1)
     entry = container.TensorEntry(name="fc1", buffer_index=1, offset=0, nbytes=0, shape=(HUGE, 0),
                                   representation="sparse", error_bound=0.1, stream=stream)
-    dsz = pack._serialize(16, bytes(16), [entry])
+    dsz = pack._serialize(bytes(16), [entry])
     with pytest.raises(pydsz.FormatError, match="too large to address"):
         pydsz.load(dsz)

@@ -33,7 +33,7 @@ def _print_info(info: dict) -> None:
     total = info["compressed_tensors"]
     ratio = f"{total['ratio']:.1f}x" if total["ratio"] else "-"
     print(f"compressed tensors: {total['original_bytes']} -> {total['compressed_bytes']} bytes ({ratio}); "
-          f"rest of the model: {info['rest_bytes']} bytes (zstd); decoded model: {info['model_bytes']} bytes")
+          f"rest of the model: {info['rest_bytes']} bytes ({info['rest_codec']}); decoded model: {info['model_bytes']} bytes")
 
 
 def cmd_pack(args) -> None:

@@ -9,6 +9,7 @@ untrusted.
 """
 from __future__ import annotations
 
+import lzma
 import math
 import os
 import struct
@@ -23,13 +24,19 @@ from pydsz.errors import DszError, FormatError
 from pydsz.format import codec, spans
 from pydsz.format.files import read_file
 from pydsz.format.interpreter import make_interpreter
+from pydsz.format.wrapping import lzma_memory
 
 MAGIC = b"DSZM"
 # newest container version; a file is written with the oldest version that holds it: 1 when every
 # compressed tensor is float32 (readers from before stored dtypes keep reading such files), 2 when
 # one is float16, int8 or uint8 (those readers then refuse the file, naming the version), 3 when it
-# holds a gathered entry (several small tensors decoded from one stream: pydsz.format.spans)
-FORMAT_VERSION = 3
+# holds a gathered entry (several small tensors decoded from one stream: pydsz.format.spans), 4 when
+# its rest is lzma (REST_LZMA)
+FORMAT_VERSION = 4
+# the header's one flag: the rest is an xz stream (pydsz.format.wrapping.lzma_tables), not a zstd frame;
+# only for models of at most LZMA_REST_MAX bytes, which bounds what a small file makes a reader allocate
+REST_LZMA = 1
+LZMA_REST_MAX = 16 << 20
 # magic, version, flags, n_tensors, table bytes, model bytes, rest bytes, streams bytes
 HEADER = struct.Struct("<4sHHIIQQQ")
 # offset, nbytes, buffer index, representation, dtype, ndim, reserved, bound, stream bytes, name bytes
@@ -124,9 +131,9 @@ class _Reader:
         return fmt.unpack(self.take(fmt.size))
 
 
-def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
+def _parse(buf) -> tuple[int, int, memoryview, str, list[TensorEntry]]:
     """Check magic, version, sizes and checksums, then read the table; returns (version, model size,
-    rest, entries)."""
+    rest, its codec, entries)."""
     mv = memoryview(buf).cast("B")
     if len(mv) < len(MAGIC) and MAGIC.startswith(bytes(mv)):
         raise FormatError(f"truncated .dsz file: {len(mv)} bytes is shorter than its header")
@@ -153,8 +160,11 @@ def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
     (file_crc,) = CRC.unpack(mv[expected - CRC.size:expected])
     if crc(mv[:expected - CRC.size]) != file_crc:
         raise FormatError("checksum mismatch over the .dsz file: the file is corrupt")
-    if flags != 0:
+    if flags & ~REST_LZMA or (flags and version < 4):
         raise FormatError(f".dsz header flags {flags:#x}: reserved bits must be zero")
+    if flags & REST_LZMA and model_bytes > LZMA_REST_MAX:
+        raise FormatError(f"the header declares a model of {model_bytes} bytes with an lzma rest, which only "
+                          f"models of at most {LZMA_REST_MAX} bytes may have")
 
     table = _Reader(mv, HEADER.size, head_end, "tensor table")
     entries = []
@@ -188,6 +198,8 @@ def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
     if any(a_end > b_start for (_, a_end), (b_start, _) in zip(holes, holes[1:])):
         raise FormatError("tensor table: two tensors overlap in the model file")
     rest = mv[head_end + CRC.size:head_end + CRC.size + rest_bytes]
+    if flags & REST_LZMA:
+        return version, model_bytes, rest, "lzma", entries  # inflating it checks its size
     # the model's size decides an allocation: check it against what the rest can hold first
     if model_bytes > _ZSTD_MAX_RATIO * rest_bytes:
         raise FormatError(f"the header declares a model of {model_bytes} bytes, more than a zstd frame "
@@ -198,7 +210,20 @@ def _parse(buf) -> tuple[int, int, memoryview, list[TensorEntry]]:
         raise FormatError(f"the model's lossless section is not a zstd frame: {exc}") from None
     if declared != model_bytes:
         raise FormatError(f"the model's lossless section declares {declared} bytes, the header {model_bytes}")
-    return version, model_bytes, rest, entries
+    return version, model_bytes, rest, "zstd", entries
+
+
+def kept(model_bytes: int, holes: list) -> list[tuple[int, int]]:
+    """The (start, end) ranges of a model's bytes outside the compressed tensors' holes: what only the
+    rest provides."""
+    keep, pos = [], 0
+    for start, end in sorted(holes):
+        if start > pos:
+            keep.append((pos, start))
+        pos = max(pos, end)
+    if pos < model_bytes:
+        keep.append((pos, model_bytes))
+    return keep
 
 
 def _decode_tensor(e: TensorEntry, out: np.ndarray | None = None) -> np.ndarray:
@@ -229,8 +254,7 @@ class DszModel:
     """A .dsz file opened for decoding: the model's bytes, its weights and what was done to them."""
 
     def __init__(self, buf):
-        self.version, self._model_bytes, rest, self.entries = _parse(buf)
-        self._rest = rest
+        self.version, self._model_bytes, self._rest, self.rest_codec, self.entries = _parse(buf)
         self._tflite = None
 
     def tflite_bytes(self) -> bytes:
@@ -273,13 +297,9 @@ class DszModel:
         cache instead of into the model's memory, which the decoders would then write a second time.
         """
         n = self._model_bytes
-        keep, pos = [], 0  # (start, end) of the model's bytes that only the rest provides
-        for start, end in sorted(hole for e in self.entries for hole in e.holes):
-            if start > pos:
-                keep.append((pos, start))
-            pos = max(pos, end)
-        if pos < n:
-            keep.append((pos, n))
+        keep = kept(n, [hole for e in self.entries for hole in e.holes])
+        if self.rest_codec == "lzma":
+            return self._inflate_lzma(out, keep)
         chunk = np.empty(_INFLATE_CHUNK, np.uint8)
         try:
             got, k = 0, 0
@@ -304,6 +324,38 @@ class DszModel:
         if got != n or excess:
             raise FormatError(f"the model's lossless section holds {'more than ' if excess else ''}"
                               f"{got} bytes, the header declares {n}")
+
+    def _inflate_lzma(self, out: np.ndarray, keep: list) -> None:
+        """An lzma rest: the bytes outside the holes, back to back, inflated straight into their places;
+        the stream must end where they do."""
+        n = sum(b - a for a, b in keep)
+        view, got, excess = memoryview(out), 0, b""
+        try:
+            dec = lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=lzma_memory(n))
+            pending = bytes(self._rest)
+            for a, b in keep:
+                while a < b and not dec.eof:
+                    part = dec.decompress(pending, b - a)  # liblzma stops short only where its input does
+                    pending = b""
+                    if not part:
+                        break
+                    view[a:a + len(part)] = part
+                    a += len(part)
+                    got += len(part)
+                if a < b:
+                    break
+            if got == n and not dec.eof:
+                excess = dec.decompress(b"", 1)
+                if not excess and not dec.eof:
+                    raise lzma.LZMAError("the xz stream ends before its end marker")
+            excess = excess or dec.unused_data
+        except lzma.LZMAError as exc:
+            raise FormatError(f"the model's lossless section does not decompress: {exc}") from None
+        finally:
+            view.release()
+        if got != n or excess:
+            raise FormatError(f"the model's lossless section holds {'more than ' if excess else ''}"
+                              f"{got} bytes, the header declares {n} outside the compressed tensors")
 
     def weights(self) -> dict[str, np.ndarray]:
         """Decoded weight tensors by layer name, in their stored dtype (a shared buffer appears under
@@ -342,7 +394,7 @@ class DszModel:
         compressed = sum(t["compressed_bytes"] for t in tensors)
         return {
             "format_version": self.version, "model_bytes": self._model_bytes,
-            "rest_bytes": len(self._rest), "tensors": tensors,
+            "rest_bytes": len(self._rest), "rest_codec": self.rest_codec, "tensors": tensors,
             "compressed_tensors": {"original_bytes": original, "compressed_bytes": compressed,
                                    "ratio": original / compressed if compressed else None},
         }
