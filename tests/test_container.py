@@ -1,4 +1,5 @@
 """The .dsz container on the real reference models: bounds, lossless identity, corruption refused."""
+import lzma
 import os
 import struct
 import zlib
@@ -167,7 +168,7 @@ def test_wrong_magic_is_named(packed_lenet300):
 
 def test_reserved_flags_must_be_zero(packed_lenet300):
     with pytest.raises(FormatError, match="reserved"):
-        pydsz.load(_with_header_field(packed_lenet300, 6, "<H", 2))
+        pydsz.load(_with_header_field(packed_lenet300, 6, "<H", 4))
     # the lzma rest's flag came with version 4
     older = _with_header_field(_with_header_field(packed_lenet300, 4, "<H", 3), 6, "<H", container.REST_LZMA)
     with pytest.raises(FormatError, match="reserved"):
@@ -199,27 +200,19 @@ def test_the_rest_stays_zstd_where_lzma_gains_nothing_or_the_model_is_large():
     assert flags == 0 and zstandard.decompress(rest) == large
 
 
-def _huge_dictionary(xz: bytes) -> bytes:
-    """The same xz stream declaring a 4 GiB dictionary (test_codec's crafting)."""
-    xz = bytearray(xz)
-    xz[16] = 40
-    xz[20:24] = zlib.crc32(bytes(xz[12:20])).to_bytes(4, "little")
-    return bytes(xz)
-
-
 @pytest.mark.parametrize("damage, said", [
-    (lambda xz, kept: xz + b"\0" * 4, "more than"),  # xz's stream padding: not what pack writes
-    (lambda xz, kept: xz[:-13], "does not decompress|ends before"),  # cut inside the index
-    (lambda xz, kept: xz[:len(xz) // 2], r"holds \d+ bytes"),
-    (lambda xz, kept: wrapping.lzma_tables(kept[:-1]), r"holds \d+ bytes, the header"),  # one byte short
-    (lambda xz, kept: wrapping.lzma_tables(kept + b"\0"), "more than"),
-    (lambda xz, kept: _huge_dictionary(xz), "does not decompress"),
-    (lambda xz, kept: b"\xfd7zXZ\0" + bytes(64), "does not decompress"),
+    (lambda raw, kept: raw + b"\0" * 4, "more than"),
+    (lambda raw, kept: raw[:-1], "does not decompress|ends before"),  # its end marker cut
+    (lambda raw, kept: raw[:len(raw) // 2], r"holds \d+ bytes|does not decompress"),
+    (lambda raw, kept: wrapping.lzma_tables(kept[:-1]), r"holds \d+ bytes, the header"),  # one byte short
+    (lambda raw, kept: wrapping.lzma_tables(kept + b"\0"), "more than"),
+    (lambda raw, kept: lzma.compress(kept), r"does not decompress|holds 0 bytes"),  # .xz where raw LZMA2 belongs
+    (lambda raw, kept: bytes(64), r"does not decompress|holds 0 bytes"),
 ])
 def test_a_damaged_lzma_rest_is_a_format_error(monkeypatch, damage, said):
-    """The rest's xz stream is untrusted as any section: every way of it not being the model's rest
+    """The rest's LZMA2 stream is untrusted as any section: every way of it not being the model's rest
     (written here with both checksums right, as a writer's bug or a crafted file would be) is a
-    FormatError, and no more than the model's size plus its dictionary is ever allocated."""
+    FormatError; its dictionary is the rest's raw size, which no byte of the file declares."""
     def wrap(data, holes):
         outside = b"".join(data[a:b] for a, b in container.kept(len(data), holes))
         return container.REST_LZMA, damage(wrapping.lzma_tables(outside), outside)
@@ -230,11 +223,54 @@ def test_a_damaged_lzma_rest_is_a_format_error(monkeypatch, damage, said):
         pydsz.load(packed).tflite_bytes()
 
 
+def _with_table(packed: bytes, stored: bytes) -> bytes:
+    """packed with its table section replaced by `stored` and every size and checksum made right."""
+    header = bytearray(packed[:container.HEADER.size])
+    old = struct.unpack_from("<I", header, 12)[0]
+    struct.pack_into("<I", header, 12, len(stored))
+    head = bytes(header) + stored
+    body = head + struct.pack("<I", zlib.crc32(head)) + packed[container.HEADER.size + old + 4:-4]
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def test_the_table_is_lzma_where_that_is_smaller(packed_lenet300):
+    m = pydsz.load(packed_lenet300)
+    flags = struct.unpack_from("<H", packed_lenet300, 6)[0]
+    assert flags & container.TABLE_LZMA and m.version == 4
+    stored_size = struct.unpack_from("<I", packed_lenet300, 12)[0]
+    stored = packed_lenet300[container.HEADER.size:container.HEADER.size + stored_size]
+    raw, _, _ = container._inflated_table(memoryview(stored))
+    assert len(stored) < len(raw) == struct.unpack_from("<I", stored)[0]
+    # the same table raw reads the same
+    plain = _with_header_field(_with_table(packed_lenet300, bytes(raw)), 6, "<H", flags & ~container.TABLE_LZMA)
+    assert [(e.name, e.offset, e.shape) for e in pydsz.load(plain).entries] == [(e.name, e.offset, e.shape)
+                                                                                for e in m.entries]
+    assert pydsz.load(plain).tflite_bytes() == m.tflite_bytes()
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda size, raw: b"", "cannot hold its raw size"),
+    (lambda size, raw: struct.pack("<I", size + 1) + wrapping.lzma_tables(raw), "raw size says"),
+    (lambda size, raw: struct.pack("<I", size) + b"\xff" * 41, "does not decompress"),  # properties out of range
+    (lambda size, raw: struct.pack("<I", size - 1) + wrapping.lzma_tables(raw), "more than"),
+    (lambda size, raw: struct.pack("<I", size) + wrapping.lzma_tables(raw) + b"\0", "bytes after"),
+    (lambda size, raw: struct.pack("<I", size) + wrapping.lzma_tables(raw)[:-2], "does not decompress|no end marker"),
+    (lambda size, raw: struct.pack("<I", 1 << 30) + wrapping.lzma_tables(raw), "more than LZMA2 makes"),
+    (lambda size, raw: struct.pack("<I", size) + bytes(32), "holds 0 bytes"),  # LZMA2's end marker alone
+])
+def test_a_damaged_lzma_table_is_a_format_error(packed_lenet300, damage, said):
+    stored_size = struct.unpack_from("<I", packed_lenet300, 12)[0]
+    stored = packed_lenet300[container.HEADER.size:container.HEADER.size + stored_size]
+    raw = bytes(container._inflated_table(memoryview(stored))[0])
+    with pytest.raises(FormatError, match=said):
+        pydsz.load(_with_table(packed_lenet300, damage(len(raw), raw)))
+
+
 def test_an_lzma_rest_may_not_declare_a_large_model(monkeypatch):
     packed = pydsz.pack_model(_model_bytes("lenet300.tflite"), 0.01)
     assert pydsz.load(packed).rest_codec == "lzma"
     large = _with_header_field(packed, 16, "<Q", container.LZMA_REST_MAX + 1)
-    with pytest.raises(FormatError, match="lzma rest"):
+    with pytest.raises(FormatError, match="LZMA2 rest"):
         pydsz.load(large)
 
 

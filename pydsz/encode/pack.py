@@ -22,6 +22,7 @@ from pydsz.format.container import (
     MAGIC,
     REPRESENTATIONS,
     REST_LZMA,
+    TABLE_LZMA,
     DszModel,
     TensorEntry,
     crc,
@@ -285,17 +286,16 @@ def lossless_size(data) -> int:
 
 def _wrap_rest(data: bytes, holes: list) -> tuple[int, bytes]:
     """The model's bytes but the compressed tensors' (holes) as the container's rest: zstd of them all,
-    the holes zeroed, or (the header's REST_LZMA) lzma of the bytes outside the holes, back to back,
-    where that is at least a hundredth smaller. On 11 zoo models' .dsz files lzma was 8-25% smaller
-    on every one (hand_recrop's rest 4,653 -> 4,048 bytes, the file 2.7% smaller; selfie_segmentation
-    60,788 -> 56,160, 2.8%; mww_okay_nabu 3.4%) and decoded as fast or faster where the rest is a graph
-    and zero runs (birdnet_meta 35 ms against 37); where it holds lossless weights, a few ms slower
-    (lenet5's convolutions: 7.5 ms against 2.2, for 3% fewer bytes)."""
+    the holes zeroed, or (the header's REST_LZMA) raw LZMA2 of the bytes outside the holes, back to
+    back, where that is at least a hundredth smaller (bench/container_lzma.py: on every zoo model
+    measured, the rest 8-25% smaller, and decoded as fast or faster where it is a graph and zero
+    runs; where it holds lossless weights a few ms slower: lenet5's convolutions 7.5 ms against 2.2,
+    for 3% fewer bytes)."""
     zstd = _rest_compressor(checksum=True).compress(_rest(data, holes))
     if len(data) > LZMA_REST_MAX:
         return 0, zstd
-    xz = lzma_tables(b"".join(data[a:b] for a, b in kept(len(data), holes)))
-    return (REST_LZMA, xz) if len(xz) < 0.99 * len(zstd) else (0, zstd)
+    packed = lzma_tables(b"".join(data[a:b] for a, b in kept(len(data), holes)))
+    return (REST_LZMA, packed) if len(packed) < 0.99 * len(zstd) else (0, zstd)
 
 
 def _serialize(data: bytes, entries: list[TensorEntry]) -> bytes:
@@ -310,6 +310,10 @@ def _serialize(data: bytes, entries: list[TensorEntry]) -> bytes:
         table += struct.pack(f"<{len(e.shape)}Q", *e.shape) + name
         if e.representation == "gathered":
             table += spans_bytes(e.spans)
+    # names, shapes and spans: 8% of hand_recrop's .dsz raw, 3.4% as LZMA2
+    packed = struct.pack("<I", len(table)) + lzma_tables(bytes(table))
+    if len(packed) < len(table):
+        flags, table = flags | TABLE_LZMA, packed
     streams = b"".join(e.stream for e in entries)
     version = 4 if flags else 3 if any(e.spans for e in entries) else 1 if all(e.dtype == "float32" for e in entries) \
         else 2

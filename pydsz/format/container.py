@@ -24,19 +24,22 @@ from pydsz.errors import DszError, FormatError
 from pydsz.format import codec, spans
 from pydsz.format.files import read_file
 from pydsz.format.interpreter import make_interpreter
-from pydsz.format.wrapping import lzma_memory
+from pydsz.format.wrapping import tables_decompressor
 
 MAGIC = b"DSZM"
 # newest container version; a file is written with the oldest version that holds it: 1 when every
 # compressed tensor is float32 (readers from before stored dtypes keep reading such files), 2 when
 # one is float16, int8 or uint8 (those readers then refuse the file, naming the version), 3 when it
 # holds a gathered entry (several small tensors decoded from one stream: pydsz.format.spans), 4 when
-# its rest is lzma (REST_LZMA)
+# its table or its rest is LZMA2 (the flags)
 FORMAT_VERSION = 4
-# the header's one flag: the rest is an xz stream (pydsz.format.wrapping.lzma_tables), not a zstd frame;
-# only for models of at most LZMA_REST_MAX bytes, which bounds what a small file makes a reader allocate
-REST_LZMA = 1
+# the header's flags (version 4): the rest is raw LZMA2 (pydsz.format.wrapping.lzma_tables) of the model's
+# bytes outside the compressed tensors, not a zstd frame of them all, only for models of at most
+# LZMA_REST_MAX bytes, which bounds what a small file makes a reader allocate; the table is raw LZMA2,
+# after its raw size (u32), at most TABLE_GROWTH times its stored size and 64 KiB
+REST_LZMA, TABLE_LZMA = 1, 2
 LZMA_REST_MAX = 16 << 20
+TABLE_GROWTH = 256
 # magic, version, flags, n_tensors, table bytes, model bytes, rest bytes, streams bytes
 HEADER = struct.Struct("<4sHHIIQQQ")
 # offset, nbytes, buffer index, representation, dtype, ndim, reserved, bound, stream bytes, name bytes
@@ -131,6 +134,31 @@ class _Reader:
         return fmt.unpack(self.take(fmt.size))
 
 
+def _inflated_table(stored: memoryview) -> tuple[memoryview, int, int]:
+    """A TABLE_LZMA table: (its bytes, start, end) for _Reader."""
+    if len(stored) < 4:
+        raise FormatError(f"tensor table: {len(stored)} bytes cannot hold its raw size")
+    (raw_size,) = struct.unpack("<I", stored[:4])
+    if raw_size > TABLE_GROWTH * len(stored) + (64 << 10):
+        raise FormatError(f"tensor table: {raw_size} bytes declared for {len(stored)} stored, more than LZMA2 "
+                          "makes of a table")
+    dec = tables_decompressor(raw_size)
+    try:
+        raw = dec.decompress(bytes(stored[4:]), raw_size + 1)
+        if len(raw) == raw_size and not dec.eof:
+            raw += dec.decompress(b"", 1)
+    except (lzma.LZMAError, EOFError) as exc:
+        raise FormatError(f"tensor table does not decompress: {exc}") from None
+    if len(raw) > raw_size:
+        raise FormatError(f"tensor table: its LZMA2 stream holds more than the {raw_size} bytes its raw size says")
+    if len(raw) < raw_size or not dec.eof:
+        raise FormatError(f"tensor table: its LZMA2 stream holds {len(raw)} bytes"
+                          f"{'' if dec.eof else ' and no end marker'}, its raw size says {raw_size}")
+    if dec.unused_data:
+        raise FormatError("tensor table: bytes after its LZMA2 stream")
+    return memoryview(raw), 0, raw_size
+
+
 def _parse(buf) -> tuple[int, int, memoryview, str, list[TensorEntry]]:
     """Check magic, version, sizes and checksums, then read the table; returns (version, model size,
     rest, its codec, entries)."""
@@ -160,13 +188,14 @@ def _parse(buf) -> tuple[int, int, memoryview, str, list[TensorEntry]]:
     (file_crc,) = CRC.unpack(mv[expected - CRC.size:expected])
     if crc(mv[:expected - CRC.size]) != file_crc:
         raise FormatError("checksum mismatch over the .dsz file: the file is corrupt")
-    if flags & ~REST_LZMA or (flags and version < 4):
+    if flags & ~(REST_LZMA | TABLE_LZMA) or (flags and version < 4):
         raise FormatError(f".dsz header flags {flags:#x}: reserved bits must be zero")
     if flags & REST_LZMA and model_bytes > LZMA_REST_MAX:
-        raise FormatError(f"the header declares a model of {model_bytes} bytes with an lzma rest, which only "
+        raise FormatError(f"the header declares a model of {model_bytes} bytes with an LZMA2 rest, which only "
                           f"models of at most {LZMA_REST_MAX} bytes may have")
 
-    table = _Reader(mv, HEADER.size, head_end, "tensor table")
+    where = _inflated_table(mv[HEADER.size:head_end]) if flags & TABLE_LZMA else (mv, HEADER.size, head_end)
+    table = _Reader(*where, "tensor table")
     entries = []
     stream_pos = head_end + CRC.size + rest_bytes
     stream_end = stream_pos + streams_bytes
@@ -192,7 +221,7 @@ def _parse(buf) -> tuple[int, int, memoryview, str, list[TensorEntry]]:
         stream_pos += stream_bytes
         entries.append(TensorEntry(name, buffer_index, offset, nbytes, tuple(shape),
                                    REPRESENTATIONS[rep], bound, stream, DTYPES[dtype], places))
-    if table.pos != head_end or stream_pos != stream_end:
+    if table.pos != table.end or stream_pos != stream_end:
         raise FormatError("tensor table sizes do not add up to the declared section sizes")
     holes = sorted(hole for e in entries for hole in e.holes)
     if any(a_end > b_start for (_, a_end), (b_start, _) in zip(holes, holes[1:])):
@@ -331,7 +360,7 @@ class DszModel:
         n = sum(b - a for a, b in keep)
         view, got, excess = memoryview(out), 0, b""
         try:
-            dec = lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=lzma_memory(n))
+            dec = tables_decompressor(n)
             pending = bytes(self._rest)
             for a, b in keep:
                 while a < b and not dec.eof:
@@ -347,15 +376,15 @@ class DszModel:
             if got == n and not dec.eof:
                 excess = dec.decompress(b"", 1)
                 if not excess and not dec.eof:
-                    raise lzma.LZMAError("the xz stream ends before its end marker")
+                    raise lzma.LZMAError("the LZMA2 stream ends before its end marker")
             excess = excess or dec.unused_data
         except lzma.LZMAError as exc:
             raise FormatError(f"the model's lossless section does not decompress: {exc}") from None
         finally:
             view.release()
         if got != n or excess:
-            raise FormatError(f"the model's lossless section holds {'more than ' if excess else ''}"
-                              f"{got} bytes, the header declares {n} outside the compressed tensors")
+            raise FormatError(f"the model's lossless section holds {'more than ' if got == n else ''}{got} bytes, "
+                              f"the header declares {n} outside the compressed tensors")
 
     def weights(self) -> dict[str, np.ndarray]:
         """Decoded weight tensors by layer name, in their stored dtype (a shared buffer appears under

@@ -1,15 +1,15 @@
-"""The .dsz container's rest two ways, on the files the zoo's command writes, measured in one run:
-zstd -19 of the whole model with the compressed tensors zeroed (container formats 1-3), against lzma of
-the bytes outside the compressed tensors alone (format 4; pydsz.encode.pack chooses it where it is at
-least 1% smaller).
+"""The .dsz container's lossless parts two ways, on the files the zoo's command writes, measured in one run:
+as container formats 1-3 hold them (the tensor table raw, the rest of the model as zstd -19 of all its
+bytes with the compressed tensors zeroed) against format 4's LZMA2 (the table packed, the rest as the
+bytes outside the compressed tensors alone; pydsz.encode.pack takes each where smaller).
 
 For each model of bench/zoo.py: its command (`dsz compress MODEL --data decision.npz --metric output-error
 --max-loss 0.01 --layers all`), or the .dsz files in --from; the file's entries serialized both ways; the
-bytes of each, and the time to decode the whole model (rest and tensors) and the rest alone, the best of
---reps, the two alternated so that they share the machine's noise. Nothing is decided differently: the
-entries are the same, only the rest's coding differs.
+bytes of each, and the time to decode the whole model (table, rest and tensors) and the rest alone, the
+best of --reps, the two alternated so that they share the machine's noise. Nothing is decided
+differently: the entries are the same, only the lossless coding around them differs.
 
-    nice -n 10 python3 bench/rest_codec.py [--models a,b] [--from DIR] [--json PATH]
+    nice -n 10 python3 bench/container_lzma.py [--models a,b] [--from DIR] [--json PATH]
 """
 from __future__ import annotations
 
@@ -34,22 +34,22 @@ from pydsz.format import container  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 
-def zstd_rest(data: bytes, holes: list) -> tuple[int, bytes]:
-    """The rest as formats 1-3 hold it (pack._wrap_rest before format 4)."""
-    return 0, pack._rest_compressor(checksum=True).compress(pack._rest(data, holes))
-
-
 def both_ways(dsz: bytes) -> dict:
-    """The .dsz's entries serialized with each rest: {"zstd": bytes, "chosen": bytes}."""
+    """The .dsz's entries serialized as formats 1-3 would ("zstd": pack's LZMA2 never smaller) and as pack
+    does now ("chosen")."""
     m = container.load(dsz)
     model = m.tflite_bytes()
     chosen = pack._serialize(model, m.entries)
-    wrap, pack._wrap_rest = pack._wrap_rest, zstd_rest
+    lzma_tables, pack.lzma_tables = pack.lzma_tables, lambda raw: raw + bytes(64)
     try:
         old = pack._serialize(model, m.entries)
     finally:
-        pack._wrap_rest = wrap
+        pack.lzma_tables = lzma_tables
     return {"zstd": old, "chosen": chosen}
+
+
+def _table_bytes(dsz: bytes) -> int:
+    return container.HEADER.unpack_from(dsz)[4]
 
 
 def best_times(files: dict, reps: int) -> dict:
@@ -78,6 +78,7 @@ def measure(name: str, dsz: bytes, reps: int) -> dict:
     return {"model": name, "model_bytes": chosen._model_bytes, "codec": chosen.rest_codec, "version": chosen.version,
             "file_zstd": len(files["zstd"]), "file_chosen": len(files["chosen"]),
             "rest_zstd": len(container.load(files["zstd"])._rest), "rest_chosen": len(chosen._rest),
+            "table_zstd": _table_bytes(files["zstd"]), "table_chosen": _table_bytes(files["chosen"]),
             "decode_ms_zstd": 1e3 * times["zstd"][0], "decode_ms_chosen": 1e3 * times["chosen"][0],
             "rest_ms_zstd": 1e3 * times["zstd"][1], "rest_ms_chosen": 1e3 * times["chosen"][1]}
 
@@ -91,12 +92,12 @@ def plot(rows: list, path: Path) -> None:
     names = [r["model"] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 0.35 * len(rows) + 1.5), sharey=True)
     a.barh(names, [100 * (r["file_chosen"] / r["file_zstd"] - 1) for r in rows], color="tab:green")
-    a.set_xlabel(".dsz bytes against the zstd rest (%)")
+    a.set_xlabel(".dsz bytes against formats 1-3's (%)")
     b.barh(names, [r["decode_ms_chosen"] / r["decode_ms_zstd"] for r in rows], color="tab:blue")
     b.axvline(1.0, color="k", lw=0.8)
-    b.set_xlabel("whole decode time against the zstd rest (x)")
+    b.set_xlabel("whole decode time against formats 1-3's (x)")
     a.invert_yaxis()
-    fig.suptitle("The rest of the model: lzma outside the holes (format 4) against zstd with them zeroed")
+    fig.suptitle("The container's table and rest: format 4's LZMA2 against formats 1-3's raw table and zstd rest")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -106,12 +107,17 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(m.name for m in zoo_data.MODELS))
     ap.add_argument("--from", dest="folder", type=Path, help="NAME.dsz files the zoo's command wrote (else run it)")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--json", type=Path, default=ROOT / "bench/results/rest_codec.json")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench/results/container_lzma.json")
     args = ap.parse_args()
     info = machine_info()
     print(f"{info['cpu']} ({info['cores']} cores), {info['platform']}, numpy {info['numpy']}")
-    rows = []
+    rows, skipped = [], {}
     for name in args.models.split(","):
+        size = zoo_data.model_path(name).stat().st_size
+        if size > container.LZMA_REST_MAX:
+            skipped[name] = f"{size:,} bytes: over LZMA_REST_MAX, its rest stays zstd"
+            print(f"{name}: {skipped[name]}")
+            continue
         found = args.folder / f"{name}.dsz" if args.folder else None
         if found is not None and found.exists():
             dsz = found.read_bytes()
@@ -125,16 +131,18 @@ def main() -> None:
                 dsz = (Path(tmp) / "m.dsz").read_bytes()
         rows.append(measure(name, dsz, args.reps))
         print(f"{name}: {rows[-1]['file_zstd']} -> {rows[-1]['file_chosen']} bytes ({rows[-1]['codec']})", flush=True)
-    print(format_table(["model", "model B", "rest", "zstd rest B", "rest B", "zstd .dsz B", ".dsz B", "change",
-                        "decode ms zstd", "decode ms", "rest ms zstd", "rest ms"],
-                       [[r["model"], r["model_bytes"], r["codec"], r["rest_zstd"], r["rest_chosen"], r["file_zstd"],
+    print(format_table(["model", "model B", "rest", "table B was", "table B", "rest B was", "rest B", ".dsz B was",
+                        ".dsz B", "change", "decode ms was", "decode ms", "rest ms was", "rest ms"],
+                       [[r["model"], r["model_bytes"], r["codec"], r["table_zstd"], r["table_chosen"], r["rest_zstd"],
+                         r["rest_chosen"], r["file_zstd"],
                          r["file_chosen"], f"{100 * (r['file_chosen'] / r['file_zstd'] - 1):+.2f}%",
                          r["decode_ms_zstd"], r["decode_ms_chosen"], r["rest_ms_zstd"], r["rest_ms_chosen"]]
                         for r in rows]))
     changes = sorted(r["file_chosen"] / r["file_zstd"] - 1 for r in rows)
     print(f"files: median {100 * changes[len(changes) // 2]:+.2f}% ({100 * changes[0]:+.2f}% to "
           f"{100 * changes[-1]:+.2f}%) on {len(rows)} models")
-    args.json.write_text(json.dumps({"machine": info, "command": " ".join(sys.argv), "rows": rows}, indent=1) + "\n")
+    args.json.write_text(json.dumps({"machine": info, "command": " ".join(["python3 bench/container_lzma.py", *sys.argv[1:]]), "rows": rows,
+                                     "skipped": skipped}, indent=1) + "\n")
     plot(rows, args.json.with_suffix(".png"))
     print(f"wrote {args.json} and {args.json.with_suffix('.png')}")
 
