@@ -167,6 +167,24 @@ def test_lzma_wrapper_is_preset_9_with_a_section_sized_dictionary(n, p, seed):
     assert lzma.LZMADecompressor(memlimit=limit).decompress(packed) == raw
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 200_000), st.integers(0, 3), st.integers(0, 2**32 - 1))
+def test_lzma_tables_decode_with_the_dictionary_their_size_gives(n, kind, seed):
+    """Raw LZMA2 for the container's table and rest: the decoder's dictionary follows from the raw size
+    alone, at most TABLES_DICT_MAX; a 3 MiB section whose repeats lie 2 MiB apart decodes as well."""
+    from pydsz.format import wrapping
+
+    rng = np.random.default_rng(seed)
+    if kind == 3:  # beyond the dictionary: a block repeated further back than it reaches
+        block = rng.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+        raw = block + bytes(1 << 20) + block
+    else:
+        raw = [rng.integers(0, 256, n, dtype=np.uint8).tobytes(), bytes(n),
+               np.arange(n // 4, dtype="<u4").tobytes()][kind]  # noise, zeros, 4-byte fields
+    dec = wrapping.tables_decompressor(len(raw))
+    assert dec.decompress(wrapping.lzma_tables(raw)) == raw and dec.eof and not dec.unused_data
+
+
 def test_a_section_that_declares_a_huge_window_is_refused():
     """An untrusted wrapped section may not make its decoder allocate more than its raw size (or, for
     lzma, -9's 64 MiB of older files) needs: a zstd frame declaring a 128 MiB window and an .xz
