@@ -893,6 +893,7 @@ def section_container_lzma(cl: dict) -> list:
     out += source(cl["command"], "`bench/results/container_lzma.json` (plot: `container_lzma.png`)", machine(cl["machine"]))
     rows = cl["rows"]
     changes = sorted(r["file_chosen"] / r["file_zstd"] - 1 for r in rows)
+    times = [r["decode_ms_chosen"] / r["decode_ms_zstd"] for r in rows]
     out += ["The zoo command's .dsz files with their entries serialized two ways: as container formats 1-3 hold",
             "them (\"was\": the tensor table raw, the rest of the model zstd -19 of all its bytes with the compressed",
             "tensors zeroed) and as format 4 does where smaller (the table raw LZMA2, the rest raw LZMA2 of the bytes",
@@ -900,8 +901,11 @@ def section_container_lzma(cl: dict) -> list:
             "the whole model and the rest alone, best of the runs, the two alternated. The zoo's table above",
             "predates format 4: its .dsz bytes are the \"was\" column's.", "",
             f"What it says: files {pct(-changes[len(changes) // 2])} smaller at the median ({pct(-changes[-1])} to "
-            f"{pct(-changes[0])}) on {len(rows)} models." + "".join(f" {k}: {v}." for k, v in cl.get("skipped", {}).items()),
-            ""]
+            f"{pct(-changes[0])}) on {len(rows)} models; the whole decode {span(times, '{:.2f}', 'x')} the time formats 1-3 "
+            "take, slower where the rest holds lossless weights."
+            + "".join(f" {k}: {v}." for k, v in cl.get("skipped", {}).items()), ""]
+    if cl.get("note"):
+        out += [cl["note"] + ".", ""]
     out += table(["model", "model B", "rest", "table B", "rest B", ".dsz B", "change", "decode ms", "rest ms"],
                  [[r["model"], f"{r['model_bytes']:,}", r["codec"], f"{r['table_zstd']:,} -> {r['table_chosen']:,}",
                    f"{r['rest_zstd']:,} -> {r['rest_chosen']:,}", f"{r['file_zstd']:,} -> {r['file_chosen']:,}",
