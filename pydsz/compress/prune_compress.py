@@ -92,13 +92,16 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
     shares = _resolvable(RETRAIN_SHARES if retrain else SHARES, metric, max_loss, margin, n)
     best: Optional[tuple[Result, Split]] = None
     tried = []
+    calibration = x if pruning.calibration is None else pruning.calibration
+    if not retrain:  # what one-shot pruning holds, each share alike: the unpruned model's layers
+        first = calibration[0] if isinstance(calibration, (list, tuple)) else calibration
+        pruning_memory = oneshot.footprint(model, judge.probe, len(first), KINDS[layers], auto=True)
     for share in shares:
         share_budget = replace(budget, max_loss=share * max_loss)
         if retrain:
             pruned = retraining.prune_model(data, train, (x, y), "auto", settings=pruning.settings,
                                             auto_budget=share_budget, run=replace(run, executor=None))
         else:
-            calibration = x if pruning.calibration is None else pruning.calibration
             pruned = oneshot.prune_model(data, calibration, (x, y), "auto", kinds=KINDS[layers],
                                          run=replace(run, executor=None), auto_budget=share_budget)
         # a gain by pruning is noise the bounds should not spend
@@ -106,8 +109,7 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
         result = compress(pruned.tflite, x, y, replace(budget, spent=spent),
                           compensation=Compensation(enabled=compensate), run=run, layers=choice)
         if not retrain:
-            first = calibration[0] if isinstance(calibration, (list, tuple)) else calibration
-            _count_pruning(result.memory, oneshot.footprint(model, judge.probe, len(first), KINDS[layers], auto=True))
+            _count_pruning(result.memory, pruning_memory)
         split = Split("retrain" if retrain else "oneshot", share, max_loss, spent, result.loss,
                       {k: v for k, v in pruned.sparsity.items() if v > 0}, pruned.notes)
         tried.append({"share": share, "bytes": len(result.dsz), "ratio": result.ratio, "pruning_loss": spent,

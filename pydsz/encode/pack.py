@@ -260,11 +260,8 @@ def _rest(data: bytes, holes: list) -> np.ndarray:
     are copied, so the rest of an FC-heavy model takes a fraction of its size (VGG-16: not 457 MiB)."""
     rest = np.zeros(len(data), np.uint8)
     source = np.frombuffer(data, np.uint8)
-    at = 0
-    for start, end in sorted(holes):
-        rest[at:start] = source[at:start]
-        at = max(at, end)
-    rest[at:] = source[at:]
+    for a, b in kept(len(data), holes):
+        rest[a:b] = source[a:b]
     return rest
 
 

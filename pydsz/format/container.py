@@ -9,7 +9,6 @@ untrusted.
 """
 from __future__ import annotations
 
-import lzma
 import math
 import os
 import struct
@@ -24,7 +23,7 @@ from pydsz.errors import DszError, FormatError
 from pydsz.format import codec, spans
 from pydsz.format.files import read_file
 from pydsz.format.interpreter import make_interpreter
-from pydsz.format.wrapping import tables_decompressor
+from pydsz.format.wrapping import inflate_tables
 
 MAGIC = b"DSZM"
 # newest container version; a file is written with the oldest version that holds it: 1 when every
@@ -142,20 +141,7 @@ def _inflated_table(stored: memoryview) -> tuple[memoryview, int, int]:
     if raw_size > TABLE_GROWTH * len(stored) + (64 << 10):
         raise FormatError(f"tensor table: {raw_size} bytes declared for {len(stored)} stored, more than LZMA2 "
                           "makes of a table")
-    dec = tables_decompressor(raw_size)
-    try:
-        raw = dec.decompress(bytes(stored[4:]), raw_size + 1)
-        if len(raw) == raw_size and not dec.eof:
-            raw += dec.decompress(b"", 1)
-    except (lzma.LZMAError, EOFError) as exc:
-        raise FormatError(f"tensor table does not decompress: {exc}") from None
-    if len(raw) > raw_size:
-        raise FormatError(f"tensor table: its LZMA2 stream holds more than the {raw_size} bytes its raw size says")
-    if len(raw) < raw_size or not dec.eof:
-        raise FormatError(f"tensor table: its LZMA2 stream holds {len(raw)} bytes"
-                          f"{'' if dec.eof else ' and no end marker'}, its raw size says {raw_size}")
-    if dec.unused_data:
-        raise FormatError("tensor table: bytes after its LZMA2 stream")
+    raw = inflate_tables(stored[4:], raw_size, "tensor table: its LZMA2 stream", f"its raw size says {raw_size}")
     return memoryview(raw), 0, raw_size
 
 
@@ -355,36 +341,14 @@ class DszModel:
                               f"{got} bytes, the header declares {n}")
 
     def _inflate_lzma(self, out: np.ndarray, keep: list) -> None:
-        """An lzma rest: the bytes outside the holes, back to back, inflated straight into their places;
-        the stream must end where they do."""
+        """An LZMA2 rest: the bytes outside the holes, back to back (at most LZMA_REST_MAX), into their places."""
         n = sum(b - a for a, b in keep)
-        view, got, excess = memoryview(out), 0, b""
-        try:
-            dec = tables_decompressor(n)
-            pending = bytes(self._rest)
-            for a, b in keep:
-                while a < b and not dec.eof:
-                    part = dec.decompress(pending, b - a)  # liblzma stops short only where its input does
-                    pending = b""
-                    if not part:
-                        break
-                    view[a:a + len(part)] = part
-                    a += len(part)
-                    got += len(part)
-                if a < b:
-                    break
-            if got == n and not dec.eof:
-                excess = dec.decompress(b"", 1)
-                if not excess and not dec.eof:
-                    raise lzma.LZMAError("the LZMA2 stream ends before its end marker")
-            excess = excess or dec.unused_data
-        except lzma.LZMAError as exc:
-            raise FormatError(f"the model's lossless section does not decompress: {exc}") from None
-        finally:
-            view.release()
-        if got != n or excess:
-            raise FormatError(f"the model's lossless section holds {'more than ' if got == n else ''}{got} bytes, "
-                              f"the header declares {n} outside the compressed tensors")
+        raw = inflate_tables(self._rest, n, "the model's lossless section",
+                             f"the header declares {n} outside the compressed tensors")
+        at = 0
+        for a, b in keep:
+            out[a:b] = np.frombuffer(raw, np.uint8, b - a, at)
+            at += b - a
 
     def weights(self) -> dict[str, np.ndarray]:
         """Decoded weight tensors by layer name, in their stored dtype (a shared buffer appears under

@@ -112,9 +112,25 @@ def lzma_tables(raw: bytes) -> bytes:
     return lzma.compress(raw, format=lzma.FORMAT_RAW, filters=_tables_filters(len(raw)))
 
 
-def tables_decompressor(raw_size: int) -> lzma.LZMADecompressor:
-    """The decoder of lzma_tables' output of raw_size bytes (LZMA2 chunks carry lc, lp and pb)."""
-    return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[{"id": lzma.FILTER_LZMA2, "dict_size": _tables_dict(raw_size)}])
+def inflate_tables(data, raw_size: int, what: str, declared: str) -> bytes:
+    """lzma_tables' output of exactly raw_size bytes, its end marker at the data's end; a FormatError
+    naming `what` (and, for a wrong size, what `declared` the size) otherwise."""
+    dec = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[{"id": lzma.FILTER_LZMA2,
+                                                            "dict_size": _tables_dict(raw_size)}])
+    try:
+        raw = dec.decompress(bytes(data), raw_size + 1)
+        if len(raw) == raw_size and not dec.eof:
+            raw += dec.decompress(b"", 1)  # the end marker, or a byte too many
+    except (lzma.LZMAError, EOFError) as exc:
+        raise FormatError(f"{what} does not decompress: {exc}") from None
+    if len(raw) < raw_size:
+        raise FormatError(f"{what} holds {len(raw)} bytes{'' if dec.eof else ' and no end marker'}, {declared}")
+    if len(raw) > raw_size or dec.unused_data:
+        after = ": bytes after its LZMA2 stream" if dec.unused_data else ""
+        raise FormatError(f"{what} holds more than {raw_size} bytes{after}, {declared}")
+    if not dec.eof:
+        raise FormatError(f"{what} ends before its end marker (no end marker after {raw_size} bytes)")
+    return raw
 
 
 DATA_WRAPPERS = ((ZSTD, 3),)
