@@ -111,6 +111,34 @@ def test_a_model_whose_outputs_depend_on_the_batch_is_found_and_run_one_sample_a
     assert runtime.probe(TFLiteModel(plain), [_inputs([1, 1])]).batch_dependence < runtime.BATCH_TOLERANCE
 
 
+def _clamp_model(n: int = 8, floor: float = 10.0) -> bytes:
+    """y = max(x, the batch's largest value - floor): openWakeWord's mel front end's clamp, which moves a
+    sample only beside one much louder."""
+    from tflite_graphs import T, build
+
+    axes = np.array([0, 1], "<i4").tobytes()
+    graph = {"tensors": [{"shape": [1, n], "signature": [-1, n]}, {"shape": [2], "type": T.INT32, "data": axes},
+                         {"shape": []}, {"shape": [], "data": np.float32(floor).tobytes()}, {"shape": []},
+                         {"shape": [1, n], "signature": [-1, n]}],
+             "ops": [("REDUCE_MAX", [0, 1], [2], "ReducerOptions", {"KeepDims": False}), ("SUB", [2, 3], [4]),
+                     ("MAXIMUM", [0, 4], [5])],
+             "inputs": [0], "outputs": [5]}
+    return build([graph])
+
+
+def test_a_batch_dependence_only_loud_samples_show_is_found():
+    # the first samples are alike (a batch of them is every one's alone): the probe pairs the loudest
+    # input with the quietest, as a user's recordings mix them
+    x = np.random.default_rng(6).uniform(0, 1, (40, 8)).astype(np.float32)
+    x[17] *= 100
+    model = _clamp_model()
+    assert runtime.probe(model, [x[:16]]).batch_dependence < runtime.BATCH_TOLERANCE
+    assert runtime.probe(model, [x]).batch_dependence > runtime.BATCH_TOLERANCE
+    assert runtime.batch_size(model, [x]) == 1
+    alone = np.maximum(x, x.max(axis=1, keepdims=True) - 10)
+    np.testing.assert_allclose(runtime.outputs(model, [x], ["y"])["y"], alone, rtol=1e-6)
+
+
 def test_the_evaluator_of_a_batch_dependent_model_says_so():
     from pydsz.assess.evaluator import Evaluator
 
