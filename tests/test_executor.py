@@ -122,6 +122,26 @@ def test_workers_that_all_die_lose_the_state_and_it_is_sent_again(val):
         cluster.close()
 
 
+@pytest.mark.slow
+def test_jobs_one_after_the_other_leave_no_finished_evaluator_behind(val):
+    """--prune auto runs a compress per pruning share on one executor: neither this process nor a worker
+    keeps every finished job's Evaluator (its model, data, compensation factors and cached activations)."""
+    import gc
+
+    cluster = executor.Dask(workers=2)
+    run = Run(executor=cluster)
+    try:
+        for n in (300, 350, 400, 450):
+            pipeline.compress(bundled("lenet300.tflite").read_bytes(), val[0][:n], val[1][:n], Budget("top1", 0.01),
+                              run=run)
+        gc.collect()
+        assert cluster.evaluator is None
+        held = cluster.client.run(lambda: len(executor._EVALUATORS))
+        assert len(held) == 2 and all(1 <= n <= executor.WORKER_EVALUATORS for n in held.values())
+    finally:
+        cluster.close()
+
+
 def test_an_unreachable_scheduler_is_an_input_error(monkeypatch):
     monkeypatch.setattr(executor, "CONNECT_TIMEOUT", 2)
     with pytest.raises(InputError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):

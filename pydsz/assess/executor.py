@@ -27,24 +27,32 @@ CONNECT_TIMEOUT = 10
 # How often one task is sent again after the state it reads was lost with the workers holding it.
 RESUBMITS = 3
 
-# Per worker process: each Evaluator state's token -> the Evaluator built from it.
+# Per worker process: each Evaluator state's token -> the Evaluator built from it, the most recently
+# used last. A worker keeps WORKER_EVALUATORS of them: one job's, and another's where two clients share a
+# cluster; a finished job's goes with its model, data and caches (--prune auto starts a job per share).
 _EVALUATORS: dict = {}
+WORKER_EVALUATORS = 2
 
 
-class Local:
-    """Tasks run in this process, in order. It holds the job's evaluator weakly: an executor outlives
-    a job (the command's Run, across --prune auto's rounds), and the evaluator would keep the job's
-    compensation factors and cached activations alive (oww_timer: 245 MiB through the next round's
-    pruning, 110 MiB past the printed bound)."""
+class _Weak:
+    """Holds the job's evaluator weakly: an executor outlives a job (the command's Run, across --prune
+    auto's rounds), and the evaluator would keep the job's compensation factors and cached activations
+    alive (oww_timer: 245 MiB through the next round's pruning, 110 MiB past the printed bound)."""
+
+    _evaluator = None
+
+    @property
+    def evaluator(self):
+        return None if self._evaluator is None else self._evaluator()
+
+
+class Local(_Weak):
+    """Tasks run in this process, in order."""
 
     description = "this process"
 
     def start(self, evaluator) -> None:
         self._evaluator = weakref.ref(evaluator)
-
-    @property
-    def evaluator(self):
-        return self._evaluator()
 
     def map(self, task: Callable, args: Sequence[tuple], on_result: Optional[Callable] = None) -> list:
         results = []
@@ -64,7 +72,7 @@ class Local:
         pass
 
 
-class Dask:
+class Dask(_Weak):
     """Tasks run on a Dask cluster: a running scheduler at `address`, or a local cluster of
     `workers` processes (one thread each) started here and stopped by close()."""
 
@@ -94,17 +102,18 @@ class Dask:
         except ValueError as exc:  # distributed's own message lists the packages that differ
             self.close()
             raise InputError(f"the Dask cluster's versions do not match this client's: {exc}".replace("\n", " ")) from None
-        self.state = self.evaluator = None
+        self.state = None
 
     def start(self, evaluator) -> None:
         if self.evaluator is evaluator:
             return
+        self.state = self._evaluator = None  # the last job's: Dask lets it go once no future refers to it
         # every worker gets the state once, now; tasks then refer to it
         try:
             self.state = self.client.scatter(evaluator.state(), broadcast=True, hash=False)
         except (TypeError, AttributeError, ValueError) as exc:  # pickling: e.g. a metric holding a lock or a file
             raise InputError(f"the evaluation cannot be sent to the Dask workers: {exc}") from None
-        self.evaluator = evaluator
+        self._evaluator = weakref.ref(evaluator)
 
     def map(self, task: Callable, args: Sequence[tuple], on_result: Optional[Callable] = None) -> list:
         results = [None] * len(args)
@@ -190,9 +199,12 @@ def _local_cluster(distributed, workers: int, gpu: bool) -> tuple:
 
 def _on_worker(task: Callable, state, *args):
     """Run task on this worker's Evaluator for `state`, built on first use."""
-    evaluator = _EVALUATORS.get(state.token)
+    evaluator = _EVALUATORS.pop(state.token, None)
     if evaluator is None:
-        evaluator = _EVALUATORS[state.token] = state.build()
+        while len(_EVALUATORS) >= WORKER_EVALUATORS:
+            del _EVALUATORS[next(iter(_EVALUATORS))]
+        evaluator = state.build()
+    _EVALUATORS[state.token] = evaluator
     return task(evaluator, *args)
 
 
