@@ -18,6 +18,7 @@ import sys
 from pydsz.cli import benchmark, compression, model_files, updates
 from pydsz.cli.options import default_threads
 from pydsz.errors import DszError
+from pydsz.model import runtime
 
 EXIT_STATUS = ("exit status: 0 success; 1 a user error (bad input, a file that cannot be read or written: one "
                "line on stderr); 2 a usage error; 130 interrupted (SIGINT); 143 terminated (SIGTERM). No output "
@@ -97,6 +98,7 @@ def _terminate(signum, frame):
 def main(argv=None) -> int:
     args = build_parser().parse_args(_joined_values(sys.argv[1:] if argv is None else list(argv)))
     default_threads(args)
+    runtime.pin_mmap_threshold()  # the peak the bound promises, whatever order arrays come in
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         with _native_stderr_silenced():
