@@ -798,8 +798,8 @@ def section_zoo(zoo: dict) -> list:
                 "(above 1 where the defaults spent more than the budget on test). Where the test split takes every",
                 "sample a source has, oracle.npz has none of it: face_landmark's, iris_landmark's and",
                 "face_detection_short_range's hold cameraman crops only (LFW's faces are all test's), and deciding on",
-                "them drifts on LFW's faces as",
-                "deciding on LFW drifts on the crops (face_landmark: crops 0.72%, faces 5.3%). okay_nabu's output is",
+                "them drifts on LFW's faces as deciding on LFW drifts on the crops (face_landmark: crops 0.72%, faces",
+                "5.3%). okay_nabu's output is",
                 "a uint8 probability, 0 on most windows: one step's change on one window is a relative error of",
                 "tens, so its rows count a few changed windows.", ""]
     smaller = [r["vs_best"] for r in runs if r["vs_best"] > 1]
@@ -815,8 +815,7 @@ def section_zoo(zoo: dict) -> list:
                  f"({eff[0]:.2f}-{eff[-1]:.2f}); the budget held on test in "
                  f"{sum(r['oracle']['held'] for r in informed)} of {len(informed)} (the defaults: "
                  f"{sum(r['held'] for r in informed)}).")
-    out += [says, ""] + ([zoo["note"] + ".", ""] if zoo.get("note") else [])
-    out += [
+    out += [says, ""] + ([zoo["note"] + ".", ""] if zoo.get("note") else []) + [
             "Why the budget does not hold everywhere: the decision samples come from a few sources (64 crops of",
             "5 photos, one stream of speech) and the test split's from others. Where those are alike (oww_embedding,",
             "iris_landmark, birdnet_meta) the cross-fitted loss the decisions see is about what test shows; some test",

@@ -59,8 +59,8 @@ def trim() -> None:
     interpreter's tensors (a batch's: tens of MiB) and the next interpreter's come on top; the
     candidates' interpreters follow one another, so without this the process grows by one batch's
     tensors beyond what pydsz.compress.footprint counts."""
-    if _libc():
-        _libc().malloc_trim(0)
+    if libc := _libc():
+        libc.malloc_trim(0)
 
 
 # Blocks from this size on are mapped apart (M_MMAP_THRESHOLD), and so given back when freed.
@@ -75,8 +75,8 @@ def pin_mmap_threshold() -> None:
     then moves with the order of its allocations (birdnet_meta's compress: 540 to 577 MiB against a
     bound of 572, from changes that allocate nothing large). Pinned at 8 MiB it peaks at 520 MiB, as
     fast (55.6 s against 54.1; at 128 KiB 498 MiB, but 1.3-1.6x as long)."""
-    if _libc():
-        _libc().mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    if libc := _libc():
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 def fit_inputs(details, x, source: str = "x", finite: bool = True) -> list:
