@@ -139,6 +139,23 @@ def test_a_batch_dependence_only_loud_samples_show_is_found():
     np.testing.assert_allclose(runtime.outputs(model, [x], ["y"])["y"], alone, rtol=1e-6)
 
 
+def test_a_batch_dependence_neither_the_loudest_nor_the_quietest_shows_is_found():
+    # the clamp moves only a sample with a value far below the batch's loudest: not the quietest, whose
+    # values are all close to it, but one louder than that with a single quiet value (a window with a gap)
+    rng = np.random.default_rng(7)
+    x = rng.uniform(91.5, 99, (8, 8)).astype(np.float32)
+    x[2] = 100  # the loudest: the batch's largest value
+    x[5] = 91  # the quietest: within the floor of 100
+    x[6] = 98
+    x[6, 3] = 0  # alone clamped at 88, beside the loudest at 90
+    energy = np.sum(np.square(x.astype(np.float64)), axis=1)
+    assert np.argmax(energy) == 2 and np.argmin(energy) == 5
+    model = _clamp_model()
+    assert runtime.probe(model, [x]).batch_dependence > runtime.BATCH_TOLERANCE
+    alone = np.maximum(x, x.max(axis=1, keepdims=True) - 10)
+    np.testing.assert_allclose(runtime.outputs(model, [x], ["y"])["y"], alone, rtol=1e-6)
+
+
 def test_the_evaluator_of_a_batch_dependent_model_says_so():
     from pydsz.assess.evaluator import Evaluator
 

@@ -23,6 +23,8 @@ CAPTURE_BYTES = 64 << 20
 # interpreter's arena grows with the batch (the AlexNet-shaped model, 496 KiB a sample: +86 MiB at
 # 256 samples, +17 MiB at 64, which run within 6% of the time); small models keep DEFAULT_BATCH
 BATCH_BYTES = 32 << 20
+# The most samples the probe runs together and alone to find outputs that depend on the batch (_spread)
+PROBE_SAMPLES = 8
 
 
 
@@ -230,9 +232,9 @@ BATCH_TOLERANCE = 1e-4
 class Probe:
     """What running one and two samples says about a model's tensors: the bytes one sample's
     non-constant tensors take (all of them at once: what the batch is sized by), which tensors
-    hold one row per sample (None where the model does not run two samples at once), and how far a
-    sample's outputs in a batch of two are from its outputs alone (openWakeWord's mel front end clamps
-    by the batch's loudest sample: 2% apart at two samples, 7% at 32)."""
+    hold one row per sample (None where the model does not run several samples at once), and how far a
+    sample's outputs in a batch are from its outputs alone (openWakeWord's mel front end clamps by the
+    batch's loudest sample: 2% apart at two samples, 7% at 32)."""
 
     sample_bytes: int
     rows: Optional[frozenset]
@@ -247,43 +249,49 @@ class Probe:
         return self.sample_bytes + self.temporary
 
 
-def probe(model, x, samples: int = 2) -> Probe:
-    """Run one sample of x (and, samples=2, two together, then the second alone) on the builtin kernels
-    and read the tensors' shapes (invoke computes those only known at run time). The two are the samples
-    of x whose inputs are farthest apart in scale (_apart). Kernel temporaries are not kept: keeping
-    every tensor (experimental_preserve_all_tensors) held basic-pitch's im2col buffers, 1.35 GB, for
-    shapes that invoke gives anyway. A model the probe cannot run is described by its declared shapes
-    (rows None)."""
+def probe(model, x, samples: int = PROBE_SAMPLES) -> Probe:
+    """Run one sample of x (and, samples > 1, up to that many together, then each of the others alone) on
+    the builtin kernels and read the tensors' shapes (invoke computes those only known at run time). The
+    samples span x's inputs in scale (_spread); the batch holds as many as keep it within BATCH_BYTES, at
+    least two. Kernel temporaries are not kept: keeping every tensor (experimental_preserve_all_tensors)
+    held basic-pitch's im2col buffers, 1.35 GB, for shapes that invoke gives anyway. A model the probe
+    cannot run is described by its declared shapes (rows None)."""
     from pydsz.model.graph import TFLiteModel
 
     parsed = model if isinstance(model, TFLiteModel) else TFLiteModel(bytes(model))
     cls = interpreter_class()
     resolver = sys.modules[cls.__module__].OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    shapes, it, outs, temporary = [], None, [], 0
+    shapes, it, outs, temporary, k = [], None, [], 0, 1
     try:
         it = cls(model_content=parsed.data, experimental_op_resolver_type=resolver)
         details = it.get_input_details()
         arrays = fit_inputs(details, x, finite=False)
-        arrays = [a[_apart(arrays)] for a in arrays]
-        # samples 0, then 0 and 1 together, then 1 alone: each sample batched and alone
-        for rows in [r for r in range(1, samples + 1) if len(arrays[0]) >= r] + ([-1] if samples > 1 else []):
-            if rows == -1 and (len(shapes) < 2 or len(arrays[0]) < 2):
-                break
-            take = slice(1, 2) if rows == -1 else slice(0, rows)
+        arrays = [a[_spread(arrays, samples)] for a in arrays]
+
+        def run(take: slice) -> list:
             for d, a in zip(details, arrays):
-                it.resize_tensor_input(d["index"], [1 if rows == -1 else rows, *a.shape[1:]])
+                it.resize_tensor_input(d["index"], [take.stop - take.start, *a.shape[1:]])
             it.allocate_tensors()
             for d, a in zip(details, arrays):
                 it.set_tensor(d["index"], np.ascontiguousarray(a[take], dtype=d["dtype"]))
             it.invoke()
             outs.append([it.get_tensor(d["index"]).copy() for d in it.get_output_details()])
-            if rows > 0:
-                details = it.get_tensor_details()
+            tensors = it.get_tensor_details()
+            if len(shapes) < 2:  # one sample's, then the batch's
                 shapes.append({d["index"]: (tuple(int(v) for v in d["shape"]), np.dtype(d["dtype"]).itemsize)
-                               for d in details if d["index"] < len(parsed.tensors)})
-                if rows == 1:
-                    temporary = max((int(np.prod(d["shape"])) * np.dtype(d["dtype"]).itemsize for d in details
-                                     if d["index"] >= len(parsed.tensors)), default=0)
+                               for d in tensors if d["index"] < len(parsed.tensors)})
+            return tensors
+
+        # sample 0 alone, then k together, then samples 1..k-1 alone: each sample batched and alone
+        temporary = max((int(np.prod(d["shape"])) * np.dtype(d["dtype"]).itemsize for d in run(slice(0, 1))
+                         if d["index"] >= len(parsed.tensors)), default=0)
+        working = temporary + sum(int(np.prod(shape)) * size for t, (shape, size) in shapes[0].items()
+                                  if parsed.constant(t) is None)
+        k = min(len(arrays[0]), samples, max(2, BATCH_BYTES // max(working, 1)))
+        if k > 1:
+            run(slice(0, k))
+            for i in range(1, k):
+                run(slice(i, i + 1))
     except (RuntimeError, ValueError):
         pass
     it = None
@@ -295,38 +303,43 @@ def probe(model, x, samples: int = 2) -> Probe:
     per_sample = sum(sizes.values())
     rows = None
     if len(shapes) > 1:
-        rows = frozenset(t for t, (shape, _) in shapes[1].items() if len(shape) >= 1 and shape[0] == 2
+        rows = frozenset(t for t, (shape, _) in shapes[1].items() if len(shape) >= 1 and shape[0] == k
                          and len(one.get(t, ((),))[0]) >= 1 and one[t][0][0] == 1)
-    return Probe(per_sample, rows, sizes, _batch_dependence(outs), temporary)
+    return Probe(per_sample, rows, sizes, _batch_dependence(outs[:k + 1]) if len(outs) > k else 0.0, temporary)
 
 
-def _apart(arrays: list, chunk: int = 64) -> list:
-    """The indices of the samples with the largest and the smallest inputs (sum of squares over every input), the
-    pair whose outputs a batch-wide reduction moves most. openWakeWord's mel front end clamps by the
-    batch's loudest sample: of 256 recorded windows, the first two moved each other by less than
-    BATCH_TOLERANCE, the loudest and the quietest by 4%, so a probe of the first two ran the model in
-    batches and measured a third of the drift each window alone shows."""
+def _spread(arrays: list, k: int, chunk: int = 64) -> list:
+    """The indices of k samples spanning the inputs' scale (sum of squares over every input): the largest,
+    the smallest, and ranks evenly between, in that order (a batch's first k of them are spread too).
+    openWakeWord's mel front end clamps by the batch's loudest sample, which moves a window only where
+    part of it lies 80 dB below that sample: of 256 recorded windows, the first two moved each other
+    by less than BATCH_TOLERANCE, and so did the loudest and the quietest, whose quiet is even; paired
+    with the loudest, 41% of them move, by up to 146%. A probe of two then ran the model in batches
+    and measured a fourteenth of the drift each window alone shows."""
     n = len(arrays[0])
     if n < 2 or any(len(a) != n for a in arrays):
-        return list(range(min(n, 2)))
+        return list(range(min(n, k)))
     energy = np.zeros(n)
     for a in arrays:
         flat = a.reshape(n, -1)
         for i in range(0, n, chunk):  # float64 a chunk at a time: no copy of the whole data
             energy[i:i + chunk] += np.sum(np.square(flat[i:i + chunk], dtype=np.float64), axis=1)
-    loud, quiet = int(np.argmax(energy)), int(np.argmin(energy))
-    return [loud, quiet] if loud != quiet else [0, 1]
+    order = np.argsort(-energy, kind="stable")
+    ranks = np.unique(np.round(np.linspace(0, n - 1, min(k, n))).astype(int))
+    picked = [int(order[0]), int(order[-1])] + [int(order[r]) for r in ranks[1:-1]]
+    return picked[:k]
 
 
 def _batch_dependence(outs: list) -> float:
-    """The largest relative L2 difference between an output of a sample alone and in the batch of two
-    (outs: sample 0 alone, samples 0 and 1, sample 1 alone); 0 where the model ran no batch of two."""
+    """The largest relative L2 difference between an output of a sample alone and in the batch (outs:
+    sample 0 alone, the k samples together, samples 1..k-1 alone); 0 where the model ran no batch."""
     if len(outs) < 3:
         return 0.0
+    k = len(outs) - 1
     worst = 0.0
-    for alone, batched, row in ((outs[0], outs[1], 0), (outs[2], outs[1], 1)):
-        for a, b in zip(alone, batched):
-            if b.ndim == 0 or b.shape[0] != 2 or a.shape[1:] != b.shape[1:]:
+    for alone, row in zip([outs[0], *outs[2:]], range(k)):
+        for a, b in zip(alone, outs[1]):
+            if b.ndim == 0 or b.shape[0] != k or a.shape[1:] != b.shape[1:]:
                 return 0.0  # not one row per sample: the runtime's batching check says so apart
             a, b = a[0].astype(np.float64), b[row].astype(np.float64)
             worst = max(worst, float(np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-30)))
