@@ -911,10 +911,8 @@ def section_zoo_input(zi: dict, zoo: dict) -> list:
     says = (f"What it says: the budget held on test in {len(held)} of {len(runs)} rows. The rounding's drift is a",
             "property of the model and its inputs, from 0.05% (hand_recrop) to 3.2% (hand_landmark_full), and moves",
             "with the source: face_landmark's is 0.43% on the decision faces and 1.7% on the test split (78 of",
-            "its 128 photos are cameraman crops), so the budget follows the photos the model meets. The mel",
-            "model's test windows are 5x less sensitive to it than the decision windows, and the row is over: its",
-            "drift does not fall with them.")
-    out += [" ".join(says), ""]
+            "its 128 photos are cameraman crops), so the budget follows the photos the model meets.")
+    out += [" ".join(says), ""] + ([zi["note"] + ".", ""] if zi.get("note") else [])
     rows = []
     for r in runs:
         printed = next((ln.split()[2] for ln in r["printed"] if ln.startswith("--max-loss input:")), "")
