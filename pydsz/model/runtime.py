@@ -230,7 +230,7 @@ BATCH_TOLERANCE = 1e-4
 
 @dataclass(frozen=True)
 class Probe:
-    """What running one and two samples says about a model's tensors: the bytes one sample's
+    """What running one sample and several says about a model's tensors: the bytes one sample's
     non-constant tensors take (all of them at once: what the batch is sized by), which tensors
     hold one row per sample (None where the model does not run several samples at once), and how far a
     sample's outputs in a batch are from its outputs alone (openWakeWord's mel front end clamps by the
