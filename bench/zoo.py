@@ -41,6 +41,7 @@ defaults'); above 1 where the defaults spent more than the budget on test.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import subprocess
@@ -78,6 +79,15 @@ class AloneJudge(Judge):
     def __init__(self, original: bytes, *args):
         self.original = original
         super().__init__(original, *args)
+
+    def allowed(self, budget) -> float:
+        """A row's budget as a loss: the number, or for `input` the drift that rounding the test inputs
+        within half their step causes (the same rounding `--max-loss input` measures on the decision data)."""
+        return self.input_drift if budget == "input" else budget
+
+    @functools.cached_property
+    def input_drift(self) -> float:
+        return rounding.input_rounding_loss(self.original, self.x, None, self.metric)[0]
 
     def _outputs(self, tflite: bytes) -> dict:
         return runtime.outputs(tflite, self.x, self.keys, batch_size=1, num_threads=self.num_threads)
@@ -145,7 +155,7 @@ def judged(model: Path, data: Path, budget: float, judge: Judge, timeout: int, f
     return got
 
 
-def informed(model: Path, oracle: Path, budget: float, judge: Judge, timeout: int, flags: tuple) -> dict:
+def informed(model: Path, oracle: Path, budget, judge: AloneJudge, timeout: int, flags: tuple) -> dict:
     """The same command deciding on oracle.npz (four times the samples, drawn like the test split's,
     none of them test's), judged on test: what the decisions give when data is no object."""
     got = judged(model, oracle, budget, judge, timeout, flags)
@@ -155,7 +165,7 @@ def informed(model: Path, oracle: Path, budget: float, judge: Judge, timeout: in
     with np.load(oracle) as z:
         samples = len(z["x"])
     return {"samples": samples, "seconds": got["seconds"], "dsz_bytes": got["dsz_bytes"], "test_loss": loss,
-            "held": loss <= allowed(budget, judge)}
+            "held": loss <= judge.allowed(budget)}
 
 
 def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple = (),
@@ -169,7 +179,7 @@ def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple 
     rows = []
     for budget in budgets:
         row = {"model": name, "budget": budget, "model_bytes": len(tflite),
-               **({"input_drift": allowed(budget, judge)} if budget == "input" else {}),
+               **({"input_drift": judge.input_drift} if budget == "input" else {}),
                **judged(paths["model"], paths["decision"], budget, judge, timeout, flags, tested)}
         if oracle and "failed" not in row:
             oracle_npz = zoo_data.build_oracle(name, cache)
@@ -180,16 +190,6 @@ def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple 
         rows.append(row)
         print(_line(row), flush=True)
     return rows
-
-
-def allowed(budget, judge: AloneJudge) -> float:
-    """A row's budget as a loss: the number, or for `input` the drift that rounding the test inputs within
-    half their step causes (the same rounding `--max-loss input` measures on the decision data)."""
-    if budget != "input":
-        return budget
-    if not hasattr(judge, "input_drift"):
-        judge.input_drift = rounding.input_rounding_loss(judge.original, judge.x, None, judge.metric)[0]
-    return judge.input_drift
 
 
 def compare(row: dict, model_bytes: int) -> dict:

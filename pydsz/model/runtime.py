@@ -305,7 +305,7 @@ def probe(model, x, samples: int = PROBE_SAMPLES) -> Probe:
     if len(shapes) > 1:
         rows = frozenset(t for t, (shape, _) in shapes[1].items() if len(shape) >= 1 and shape[0] == k
                          and len(one.get(t, ((),))[0]) >= 1 and one[t][0][0] == 1)
-    return Probe(per_sample, rows, sizes, _batch_dependence(outs[:k + 1]) if len(outs) > k else 0.0, temporary)
+    return Probe(per_sample, rows, sizes, _batch_dependence(outs), temporary)
 
 
 def _spread(arrays: list, k: int, chunk: int = 64) -> list:
@@ -332,7 +332,8 @@ def _spread(arrays: list, k: int, chunk: int = 64) -> list:
 
 def _batch_dependence(outs: list) -> float:
     """The largest relative L2 difference between an output of a sample alone and in the batch (outs:
-    sample 0 alone, the k samples together, samples 1..k-1 alone); 0 where the model ran no batch."""
+    sample 0 alone, the k samples together, samples 1..k-1 alone); 0 where the model ran no batch, or
+    where a run failed (the batch's rows are then not one per run alone)."""
     if len(outs) < 3:
         return 0.0
     k = len(outs) - 1
