@@ -1,12 +1,14 @@
 """The evaluation planner: which layers to assess and at what resolution, given what each evaluation
 costs and what each layer can save; and the assessment that carries the plan out on an executor.
 
-- Cost: a candidate of a layer runs the ops from its cut on (pydsz.assess.evaluator), so its seconds are
-  estimated as the share of the whole model's work that lies after the cut (multiply-adds of the
-  conv and FC layers, the values every other op writes) times one run of the whole model, which the
-  Evaluator timed.
+- Cost: a candidate of a layer runs the ops from its cut on (pydsz.assess.evaluator) on every sample,
+  after a copy of the model with the candidate in place; its cost is counted in the work model's units
+  (multiply-adds of the conv and FC layers, the values every other op writes: op_work) and the model's
+  bytes copied (COPY_WORK each). Counted, not timed, so that the triage, and with it the file written,
+  is the same on every machine and every run; the seconds the report and the progress bar give are
+  those units at the rate the Evaluator's timed run of the whole model went.
 - Saving: a layer's stored bytes less its stream at a bound of its own scale (encoded, not evaluated).
-- Triage: a layer whose bytes saved per second of evaluation fall below KAPPA times the average of
+- Triage: a layer whose bytes saved per unit of evaluation work fall below KAPPA times the average of
   the whole assessment, and which holds less than SHARE of what all layers can save, is measured
   together with the others like it, as one group (pydsz.assess.measure_group): a few evaluations for
   all of them, each layer at its own scale times the group's level, each taking an equal share of the
@@ -43,6 +45,9 @@ REFINE_ROUNDS = 3
 EVALUATIONS = {"fitted": 7, "ladder": 12, "group": 5}
 # an op's fixed cost in the work model, as values written (the interpreter's per-op overhead)
 OP_WORK = 2000
+# a byte of the model copied for a candidate, in the work model's units: copying goes at about 1 GB/s,
+# the interpreter at a median 0.14 ns per unit (0.03-0.67 on 11 zoo models, 2 cores)
+COPY_WORK = 7.0
 
 
 @dataclass
@@ -76,10 +81,12 @@ def _order(cut: Optional[int]) -> float:
 
 
 def costs(evaluator: Evaluator, names: Sequence[str]) -> dict[str, float]:
-    """Estimated seconds of one evaluation of each layer's candidates (see the module's docstring)."""
+    """Estimated work of one evaluation of each layer's candidates, in op_work's units (see the module's
+    docstring): the same for the same model and data on any machine."""
     model = evaluator.model
     work = op_work(model)
     total = sum(work)
+    samples = len(evaluator.x[0]) if evaluator.x else 1
     graph = cut.Graph(model) if "cut" in evaluator.paths else None
     out = {}
     for name in names:
@@ -90,9 +97,15 @@ def costs(evaluator: Evaluator, names: Sequence[str]) -> dict[str, float]:
             share = sum(work[i] for i in graph.tail(start).ops) / total
         else:
             share = 1.0 if evaluator.path([name]) != "tail" else sum(work[start:]) / total
-        # copying the model for the candidate: about a gigabyte a second, at least
-        out[name] = evaluator.seconds * share + len(evaluator.bytes) / 1e9
+        out[name] = samples * total * share + COPY_WORK * len(evaluator.bytes)
     return out
+
+
+def seconds_per_work(evaluator: Evaluator) -> float:
+    """The rate at which the Evaluator's timed run of the whole model (with its copy) went: what turns
+    costs' units into the seconds people read."""
+    samples = len(evaluator.x[0]) if evaluator.x else 1
+    return evaluator.seconds / (samples * sum(op_work(evaluator.model)) + COPY_WORK * len(evaluator.bytes))
 
 
 def savings(evaluator: Evaluator, names: Sequence[str]) -> dict[str, int]:
@@ -109,7 +122,8 @@ def savings(evaluator: Evaluator, names: Sequence[str]) -> dict[str, int]:
 def triage(evaluator: Evaluator, names: Sequence[str]) -> tuple[list, list, dict]:
     """(layers measured alone, layers measured as one group, {layer: {cost, saving}})."""
     cost, saving = costs(evaluator, names), savings(evaluator, names)
-    info = {n: {"seconds_per_evaluation": cost[n], "saving": saving[n]} for n in names}
+    rate = seconds_per_work(evaluator)
+    info = {n: {"seconds_per_evaluation": cost[n] * rate, "saving": saving[n]} for n in names}
     if evaluator.metric.discrete or evaluator.metric.name not in EXPONENTS:
         return list(names), [], info
     spent = {n: EVALUATIONS["fitted"] * cost[n] for n in names}
