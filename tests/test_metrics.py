@@ -415,3 +415,35 @@ def test_a_judge_says_which_output_a_models_drift_is_on(multitask, multitask_dat
         assert alone[k] == pytest.approx(float(np.mean(expect)), rel=1e-6)
     # the worst output per sample, averaged, is at least each output's own average
     assert loss >= max(alone.values()) > 0
+
+
+def test_a_quantized_output_is_judged_by_the_values_it_stands_for():
+    from tflite_graphs import quantized_output_model
+
+    # a fully integer classifier's int8 probabilities (zero point -128) beside the same model's float ones
+    quantized, plain = quantized_output_model(), quantized_output_model(quantize=False)
+    x = np.random.default_rng(0).standard_normal((200, 16)).astype(np.float32)
+    key = TFLiteModel(quantized).output_details()[0]["key"]
+    real = runtime.outputs(quantized, x, [key])[key]
+    probabilities = runtime.outputs(plain, x, ["p"])["p"]
+    assert real.dtype == np.float32 and np.abs(real - probabilities).max() <= 1 / 512 + 1e-7
+    assert np.array_equal(runtime.predict(quantized, x), real)
+    # the same change of weights judged through either model: the same losses, to the quantization's rounding
+    names = [l.name for l in TFLiteModel(plain).layers(("fc",))]
+    w = np.asarray(TFLiteModel(plain).weight(names[0]))
+    moved = {names[0]: w + np.random.default_rng(1).normal(0, 0.05, w.shape).astype(np.float32)}
+    for spec in ("output-error", "expected-top1", "cosine"):
+        judged = []
+        for model in (quantized, plain):
+            evaluator = Evaluator(model, x, None, names, metric=spec)
+            judged.append(evaluator.measure_model(TFLiteModel(model).replace(moved)).loss / len(x))
+        assert judged[0] == pytest.approx(judged[1], rel=0.1, abs=2e-3), spec
+
+
+def test_a_quantized_output_that_the_data_never_moves_beyond_one_step_is_named():
+    from pydsz.model.data import unexercised
+
+    step = 1 / 256
+    still = {"p": np.where(np.arange(64) % 9 == 0, step, 0.0).astype(np.float32).reshape(64, 1)}
+    assert "one step of its quantization apart" in unexercised(still, {"p": step})
+    assert unexercised({"p": still["p"] * 3}, {"p": step}) is None

@@ -55,12 +55,27 @@ def build(graphs: list) -> bytes:
             name = b.CreateString(f"g{g}t{t}")
             shape = ints(tflite.TensorStartShapeVector, tensor["shape"])
             signature = ints(tflite.TensorStartShapeSignatureVector, tensor.get("signature", tensor["shape"]))
+            quantization = None
+            if "quantization" in tensor:  # (scale, zero point), per tensor
+                scale, zero = tensor["quantization"]
+                tflite.QuantizationParametersStartScaleVector(b, 1)
+                b.PrependFloat32(scale)
+                scales = b.EndVector()
+                tflite.QuantizationParametersStartZeroPointVector(b, 1)
+                b.PrependInt64(zero)
+                zeros = b.EndVector()
+                tflite.QuantizationParametersStart(b)
+                tflite.QuantizationParametersAddScale(b, scales)
+                tflite.QuantizationParametersAddZeroPoint(b, zeros)
+                quantization = tflite.QuantizationParametersEnd(b)
             tflite.TensorStart(b)
             tflite.TensorAddShape(b, shape)
             tflite.TensorAddShapeSignature(b, signature)
             tflite.TensorAddType(b, tensor.get("type", T.FLOAT32))
             tflite.TensorAddName(b, name)
             tflite.TensorAddBuffer(b, buffer_of.get((g, t), 0))
+            if quantization is not None:
+                tflite.TensorAddQuantization(b, quantization)
             tensors.append(tflite.TensorEnd(b))
         ops = []
         for name, inputs, outputs, *extra in graph["ops"]:
@@ -99,6 +114,21 @@ def build(graphs: list) -> bytes:
     tflite.ModelAddBuffers(b, buffers_vec)
     b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
     return bytes(b.Output())
+
+
+def quantized_output_model(n: int = 16, classes: int = 10, scale: float = 1 / 256, zero: int = -128,
+                           quantize: bool = True) -> bytes:
+    """SOFTMAX(FC(x, W)) quantized to int8 (scale, zero point), as a fully integer classifier hands out its
+    probabilities: p = scale * (q - zero); quantize=False: the float probabilities. x: [1, n]."""
+    main = {"tensors": [{"shape": [1, n]}, {"shape": [classes, n], "data": _w((classes, n), 3).tobytes()},
+                        {"shape": [1, classes]}, {"shape": [1, classes]},
+                        {"shape": [1, classes], "type": T.INT8, "quantization": (scale, zero)}],
+            "ops": [("FULLY_CONNECTED", [0, 1, -1], [2]), ("SOFTMAX", [2], [3], "SoftmaxOptions", {"Beta": 1.0}),
+                    ("QUANTIZE", [3], [4])],
+            "inputs": [0], "outputs": [4]}
+    if not quantize:
+        main["tensors"], main["ops"], main["outputs"] = main["tensors"][:4], main["ops"][:2], [3]
+    return build([main])
 
 
 def _w(shape, seed):

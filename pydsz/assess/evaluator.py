@@ -131,7 +131,9 @@ class Evaluator:
         from pydsz.model.data import check_outputs, unexercised
 
         check_outputs(self.outputs)
-        self.data_note = unexercised(self.outputs)  # where the samples never move an output
+        # where the samples never move an output (a quantized one's step: its values come dequantized)
+        self.data_note = unexercised(self.outputs, {d["key"]: max(d["scale"]) for d in self.model.output_details()
+                                                    if d["scale"] and d["dtype"] is not None and d["dtype"].kind in "iu"})
         self.metric.check(self.outputs, self.y)
         self.h = (activations.capture(self.bytes, self.x, self.tail.input_tensor, batch_size=self.batch,
                                   num_threads=num_threads) if self.tail else None)

@@ -337,7 +337,7 @@ class TFLiteModel:
     def _details(self, index: int) -> dict:
         t = self.tensors[index]
         return {"index": index, "name": t.name, "key": self._keys.get(index, t.name), "shape": t.shape,
-                "shape_signature": t.shape_signature, "dtype": t.dtype}
+                "shape_signature": t.shape_signature, "dtype": t.dtype, "scale": t.scale}
 
     def place(self, buffer: int) -> tuple:
         """(absolute file offset, size) of a buffer's bytes; (-1, 0) when it holds none."""

@@ -35,6 +35,28 @@ PROBE_SAMPLES = 8
 
 
 
+def real(details: list, arrays: list) -> list:
+    """The interpreter's output arrays as the values they stand for: an integer tensor with a quantization
+    scale as scale * (q - zero point) in float32, per tensor or along its quantized axis; the others as
+    they are. A fully integer classifier hands out its probabilities as int8 with zero point -128: read as
+    they are, probability 0 is -128, so output-error sees norms of hundreds (a change read 2-3x smaller
+    than it is) and expected-top1 takes the integers for logits."""
+    out = []
+    for d, a in zip(details, arrays):
+        q = d.get("quantization_parameters") or {}
+        scales = np.asarray(q.get("scales", ()), np.float32)
+        if a.dtype.kind in "iu" and scales.size and np.all(scales > 0):
+            zeros = np.asarray(q.get("zero_points", ()), np.int64)
+            zeros = zeros if zeros.size == scales.size else np.zeros(scales.size, np.int64)
+            if scales.size > 1:
+                shape = [1] * a.ndim
+                shape[q.get("quantized_dimension", 0)] = -1
+                scales, zeros = scales.reshape(shape), zeros.reshape(shape)
+            a = (a.astype(np.int64) - zeros).astype(np.float32) * scales
+        out.append(a)
+    return out
+
+
 def _interpreter(model, num_threads):
     return model if hasattr(model, "invoke") else make_interpreter(model, num_threads=num_threads)
 
@@ -275,7 +297,7 @@ def probe(model, x, samples: int = PROBE_SAMPLES) -> Probe:
             for d, a in zip(details, arrays):
                 it.set_tensor(d["index"], np.ascontiguousarray(a[take], dtype=d["dtype"]))
             it.invoke()
-            outs.append([it.get_tensor(d["index"]).copy() for d in it.get_output_details()])
+            outs.append(real(it.get_output_details(), [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]))
             tensors = it.get_tensor_details()
             if len(shapes) < 2:  # one sample's, then the batch's
                 shapes.append({d["index"]: (tuple(int(v) for v in d["shape"]), np.dtype(d["dtype"]).itemsize)
@@ -355,15 +377,16 @@ def batch_size(model, x=None) -> int:
 
 def outputs(model, x, keys, batch_size: Optional[int] = None, num_threads: Optional[int] = None) -> dict:
     """Every output of the model for every sample of x, as {key: array [n, ...]}: keys name the
-    outputs in order (TFLiteModel.output_details()'s "key"). batch_size: by default as many samples
-    as keep the batch's tensors within BATCH_BYTES (an interpreter given: DEFAULT_BATCH)."""
+    outputs in order (TFLiteModel.output_details()'s "key"), quantized ones as the values they stand
+    for (real). batch_size: by default as many samples as keep the batch's tensors within BATCH_BYTES
+    (an interpreter given: DEFAULT_BATCH)."""
     if batch_size is None:
         batch_size = DEFAULT_BATCH if hasattr(model, "invoke") else batch_within(model, BATCH_BYTES, x)
     interpreter = _interpreter(model, num_threads)
     details = interpreter.get_output_details()
     if len(keys) != len(details):
         raise InputError(f"{len(keys)} output names for a model of {len(details)} outputs")
-    parts = run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(d["index"]).copy() for d in details])
+    parts = run_batches(interpreter, x, batch_size, lambda it: real(details, [it.get_tensor(d["index"]).copy() for d in details]))
     if interpreter is not model:
         del interpreter
         trim()
@@ -375,14 +398,15 @@ def predict(model, x, batch_size: int = DEFAULT_BATCH, num_threads: Optional[int
     """The model's output (number `output`) for every sample of x, stacked along the first axis.
 
     model: bytes, TFLiteModel or an interpreter. Each sample of x is reshaped to the input's
-    shape when the value counts match and cast to the input's dtype as is (no quantization).
+    shape when the value counts match and cast to the input's dtype as is (no quantization); a
+    quantized output comes as the values it stands for (real).
     """
     interpreter = _interpreter(model, num_threads)
     outputs = interpreter.get_output_details()
     if not 0 <= output < len(outputs):
         raise InputError(f"output {output} out of range: the model has {len(outputs)} output(s)")
     index = outputs[output]["index"]
-    parts = run_batches(interpreter, x, batch_size, lambda it: [it.get_tensor(index).copy()])
+    parts = run_batches(interpreter, x, batch_size, lambda it: real(outputs[output:output + 1], [it.get_tensor(index).copy()]))
     return np.concatenate([p[0] for p in parts], axis=0)
 
 
