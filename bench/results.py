@@ -736,10 +736,12 @@ def section_decision_noise(dn: dict) -> list:
             "What it says: where the validation images are like the test images (mlp-a, cnn-b), the soft labels track",
             "the test loss within 0.61 points on every plan (0.45 above +-0), at a tenth to a half of the labels' noise;",
             "the labels miss by up to 2.4 points (cnn-b at 95/93%: -2.00 for +0.37 on test; at 98/97%: +0.20 for",
-            "+2.05), which is how auto's climbs overshoot. Where they are not (mlp-d, trained on 4,000 images: 90.8%",
-            "top-1 on its validation images, 84.5% on the test images), both overstate the loss 2-4x below 2 points,",
-            "so no rule that trusts the validation images picks the 93/90/70% plan (+0.62 on test) within a 1-point",
-            "budget: issue 40's 40x within 1 point is out of these data's reach. The flips on the training inputs,",
+            "+2.05), which is how auto's climbs overshoot. Where they are not (mlp-d, trained on 4,000 images: its",
+            "500 validation images 90.8% right, where the 5,000 they are drawn from are 86.4% and the test images",
+            "84.5%), both overstate the test loss 2-4x below 2 points. Part of that is this draw of 500 and part the",
+            "test images, on which the 93/90/70% plan loses about half what it loses on images drawn like the",
+            "validation ones (the next section): within 1 point on data like the user's, that plan is out of reach",
+            "of any rule that trusts the validation images, and +0.62 on test is about +1.1 there. The flips on the training inputs,",
             "though the student retrained on them, stay within 1.4 points of the test flips on every plan: a pool of",
             "unlabelled inputs measures agreement well, but not top-1's loss, a tenth to a half of the flips here.", ""]
     rows = []
@@ -750,6 +752,57 @@ def section_decision_noise(dn: dict) -> list:
                      pct(v["flips"], 1), pct(r["train"]["flips"], 1), points(r["test"]["labels"]), pct(r["test"]["flips"], 1)])
     return out + table(["case", "sparsity %", "val labels", "val soft labels", "val flips", "train flips",
                         "test loss", "test flips"], rows)
+
+
+def section_auto_draws(ad: dict) -> list:
+    out = ["## Studies: how far `--prune auto` moves with the validation draw", ""]
+    cases = ",".join(dict.fromkeys(r["case"] for r in ad["rows"]))
+    draws = max(line["draws"] for line in ad["summary"])
+    out += source(f"DSZ_HELDOUT_CACHE=DIR nice -n 10 python3 bench/auto_draws.py --cases {cases} --draws {draws}",
+                  "`bench/results/auto_draws.json` (plot: `auto_draws.png`)", machine(ad["machine"]))
+    out += ["The section above decides on one draw of 500 validation images, the builder's. A user holds some draw:",
+            f"here the same commands within {100 * ad['budget']:g} point on {draws} other draws of 500 from the same 5,000",
+            "images, judged on Fashion-MNIST's 10,000 test images and, where the model was trained on fewer images",
+            "than its training file holds (mlp-d: the first 4,000), on 10,000 of the others, which are drawn like the",
+            "validation images (like-val). Fixed: the issue's 93/90/70% schedule retrained, then compressed within",
+            "0.5 point on the draw, as a baseline for the two judges.", ""]
+    lines = {(line["case"], line["method"]): line for line in ad["summary"]}
+    said = []
+    for (case, method), line in lines.items():
+        part = (f"{case} {method}: {line['ratio_median']:.1f}x at the median ({line['ratio_min']:.1f}-"
+                f"{line['ratio_max']:.1f}x), test loss {points(line['test10k']['median'])} ({points(line['test10k']['max'])} at"
+                f" worst), within the budget on test on {line['test10k']['within']} of {line['draws']} draws")
+        if "like-val" in line:
+            part += (f" and like-val on {line['like-val']['within']} (loss {points(line['like-val']['median'])}, "
+                     f"{points(line['like-val']['max'])} at worst)")
+        if method == "prune auto 0.01":
+            part += (f"; at least 40x within the budget on test on {line['test10k']['at_least_40x_within']}"
+                     + (f", like-val on {line['like-val']['at_least_40x_within']}" if "like-val" in line else ""))
+        said.append(part)
+    out += ["What it says: " + "; ".join(said) + "."]
+    both = [line for line in ad["summary"] if line["method"] == "fixed" and "like-val" in line]
+    if both:
+        times = both[0]["like-val"]["median"] / both[0]["test10k"]["median"]
+        over = both[0]["draws"] - both[0]["like-val"]["within"]
+        out += [f"Where both judge, the fixed schedule loses {times:.1f}x on like-val what it loses on test: a budget held on",
+                "data like the user's holds on test with room to spare, and the issue's reference (this schedule, within 1",
+                f"test point) is over 1 point on the user's own kind of data on {over} of {both[0]['draws']} draws."]
+    out += ["With 500 labels a 1-point budget lets 3 samples change, where the search's one-epoch trials change tens",
+            "(McNemar's noise, the square root of their count: 4-11 samples on mlp-d's): they pass or fail on that",
+            "noise, so the draw alone moves the ratio several times over.", ""]
+    splits = [s for s in ("test10k", "like-val") if any(s in r["test_loss"] for r in ad["rows"])]
+    methods = list(dict.fromkeys(r["method"] for r in ad["rows"]))
+    rows = []
+    for case in dict.fromkeys(r["case"] for r in ad["rows"]):
+        for draw in sorted({r["draw"] for r in ad["rows"] if r["case"] == case}):
+            some = {r["method"]: r for r in ad["rows"] if r["case"] == case and r["draw"] == draw}
+            cells = [case, str(draw), pct(next(iter(some.values()))["val_top1"], 1)]
+            for m in methods:
+                r = some.get(m)
+                cells.append("-" if r is None else f"{r['ratio']:.1f}x, " + ", ".join(
+                    points(r["test_loss"][s]) for s in splits if s in r["test_loss"]))
+            rows.append(cells)
+    return out + table(["case", "draw", "val top-1"] + [f"{m}: ratio, loss {' / '.join(splits)}" for m in methods], rows)
 
 
 def section_fuzz(campaigns: list) -> list:
@@ -1069,6 +1122,7 @@ def render(root: Path = RESULTS) -> str:
         section_schedule(j("lenet_schedule.json")),
         section_auto_sparsity(j("auto_sparsity.json")),
         section_decision_noise(j("decision_noise.json")),
+        *([section_auto_draws(j("auto_draws.json"))] if (root / "auto_draws.json").exists() else []),
         section_zoo(j("zoo.json")),
         section_zoo_variants(j("zoo.json"), [
             ("margin 1", "nice -n 10 python3 bench/zoo.py --flags=--margin=1 --json bench/results/zoo_margin1.json "
