@@ -89,7 +89,7 @@ def summary(rows: list) -> list:
         some = [r for r in rows if (r["case"], r["method"]) == key]
         ratios = [r["ratio"] for r in some]
         line = {"case": key[0], "method": key[1], "draws": len(some), "ratio_median": statistics.median(ratios),
-                "ratio_min": min(ratios), "ratio_max": max(ratios), "at_least_40x": sum(r >= 40 for r in ratios)}
+                "ratio_min": min(ratios), "ratio_max": max(ratios)}
         for split in some[0]["test_loss"]:
             losses = [r["test_loss"][split] for r in some]
             line[split] = {"median": statistics.median(losses), "max": max(losses),

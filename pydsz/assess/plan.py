@@ -86,7 +86,6 @@ def costs(evaluator: Evaluator, names: Sequence[str]) -> dict[str, float]:
     model = evaluator.model
     work = op_work(model)
     total = sum(work)
-    samples = len(evaluator.x[0]) if evaluator.x else 1
     graph = cut.Graph(model) if "cut" in evaluator.paths else None
     out = {}
     for name in names:
@@ -97,15 +96,14 @@ def costs(evaluator: Evaluator, names: Sequence[str]) -> dict[str, float]:
             share = sum(work[i] for i in graph.tail(start).ops) / total
         else:
             share = 1.0 if evaluator.path([name]) != "tail" else sum(work[start:]) / total
-        out[name] = samples * total * share + COPY_WORK * len(evaluator.bytes)
+        out[name] = evaluator.samples * total * share + COPY_WORK * len(evaluator.bytes)
     return out
 
 
 def seconds_per_work(evaluator: Evaluator) -> float:
     """The rate at which the Evaluator's timed run of the whole model (with its copy) went: what turns
     costs' units into the seconds people read."""
-    samples = len(evaluator.x[0]) if evaluator.x else 1
-    return evaluator.seconds / (samples * sum(op_work(evaluator.model)) + COPY_WORK * len(evaluator.bytes))
+    return evaluator.seconds / (evaluator.samples * sum(op_work(evaluator.model)) + COPY_WORK * len(evaluator.bytes))
 
 
 def savings(evaluator: Evaluator, names: Sequence[str]) -> dict[str, int]:

@@ -297,7 +297,8 @@ def probe(model, x, samples: int = PROBE_SAMPLES) -> Probe:
             for d, a in zip(details, arrays):
                 it.set_tensor(d["index"], np.ascontiguousarray(a[take], dtype=d["dtype"]))
             it.invoke()
-            outs.append(real(it.get_output_details(), [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]))
+            out = it.get_output_details()
+            outs.append(real(out, [it.get_tensor(d["index"]).copy() for d in out]))
             tensors = it.get_tensor_details()
             if len(shapes) < 2:  # one sample's, then the batch's
                 shapes.append({d["index"]: (tuple(int(v) for v in d["shape"]), np.dtype(d["dtype"]).itemsize)
