@@ -440,6 +440,36 @@ def test_a_quantized_output_is_judged_by_the_values_it_stands_for():
         assert judged[0] == pytest.approx(judged[1], rel=0.1, abs=2e-3), spec
 
 
+def test_an_8_bit_softmax_over_1000_classes_is_read_as_probabilities_by_the_model_not_its_sums():
+    from tflite_graphs import quantized_output_model
+
+    # an int8 softmax over 1,000 classes rounds away the classes below half a step: its rows sum to
+    # 0.78-1.0 here, so no tolerance on the sums tells them from logits; the SOFTMAX the model makes them
+    # with does (and makes the model a classifier, expected-top1 its default without labels)
+    quantized, plain = (quantized_output_model(classes=1000, gain=3, quantize=q) for q in (True, False))
+    x = np.random.default_rng(0).standard_normal((200, 16)).astype(np.float32)
+    model = TFLiteModel(quantized)
+    key = model.output_details()[0]["key"]
+    sums = runtime.outputs(quantized, x, [key])[key].sum(axis=1)
+    assert sums.min() < 1 - 2 * metrics.PROBABILITY_SUM
+    assert metrics.probability_outputs(model) == {key}
+    assert metrics.probability_outputs(TFLiteModel(plain)) == {TFLiteModel(plain).output_details()[0]["key"]}
+    assert isinstance(metrics.default(model, False)[0], metrics.ExpectedTop1)
+    # the same change of weights judged through either model: the same expected-top1 loss (the sums'
+    # rule read the int8 rows as logits, near-uniform after a softmax: 0.0001 against 0.074)
+    names = [l.name for l in TFLiteModel(plain).layers(("fc",))]
+    w = np.asarray(TFLiteModel(plain).weight(names[0]))
+    moved = {names[0]: w + np.random.default_rng(1).normal(0, 0.3, w.shape).astype(np.float32)}
+    judged = []
+    for tflite in (quantized, plain):
+        evaluator = Evaluator(tflite, x, None, names, metric="expected-top1")
+        judged.append(evaluator.measure_model(TFLiteModel(tflite).replace(moved)).loss / len(x))
+    assert judged[1] > 0.05
+    assert judged[0] == pytest.approx(judged[1], rel=0.1)
+    # a row rounded to nothing is uniform, not a division by zero
+    assert np.allclose(metrics._probabilities(np.zeros((2, 4)), known=True), 0.25)
+
+
 def test_a_quantized_output_that_the_data_never_moves_beyond_one_step_is_named():
     from pydsz.model.data import unexercised
 

@@ -117,10 +117,12 @@ def build(graphs: list) -> bytes:
 
 
 def quantized_output_model(n: int = 16, classes: int = 10, scale: float = 1 / 256, zero: int = -128,
-                           quantize: bool = True) -> bytes:
+                           quantize: bool = True, gain: float = 1.0) -> bytes:
     """SOFTMAX(FC(x, W)) quantized to int8 (scale, zero point), as a fully integer classifier hands out its
-    probabilities: p = scale * (q - zero); quantize=False: the float probabilities. x: [1, n]."""
-    main = {"tensors": [{"shape": [1, n]}, {"shape": [classes, n], "data": _w((classes, n), 3).tobytes()},
+    probabilities: p = scale * (q - zero); quantize=False: the float probabilities. x: [1, n]. gain
+    scales W (the logits' spread)."""
+    w = (_w((classes, n), 3) * np.float32(gain)).astype("<f4")
+    main = {"tensors": [{"shape": [1, n]}, {"shape": [classes, n], "data": w.tobytes()},
                         {"shape": [1, classes]}, {"shape": [1, classes]},
                         {"shape": [1, classes], "type": T.INT8, "quantization": (scale, zero)}],
             "ops": [("FULLY_CONNECTED", [0, 1, -1], [2]), ("SOFTMAX", [2], [3], "SoftmaxOptions", {"Beta": 1.0}),

@@ -107,7 +107,7 @@ class Evaluator:
         # by position from here on: the interpreter knows the inputs by tensor name only
         self.x = runtime.fit_inputs(self.model.input_details(), x)
         self.y = None if y is None else np.asarray(y)
-        self.metric = metrics.get(metric)
+        self.metric = metrics.get(metric).knowing(self.model)
         self.keys = [d["key"] for d in self.model.output_details()]
         self.probe = runtime.probe(self.model, self.x)
         self.batch = max(1, min(runtime.DEFAULT_BATCH, runtime.BATCH_BYTES // max(1, self.probe.sample_bytes)))

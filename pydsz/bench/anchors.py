@@ -62,7 +62,8 @@ class Judge:
     def __init__(self, original: bytes, data, metric: metrics.Metric, num_threads: Optional[int]):
         model = TFLiteModel(original)
         self.x, self.y = runtime.fit_inputs(model.input_details(), data[0]), data[1]
-        self.metric, self.num_threads = metric, num_threads
+        self.metric = metric = metric.knowing(model)
+        self.num_threads = num_threads
         self.keys = [d["key"] for d in model.output_details()]
         self.reference = self._outputs(original)  # as every candidate is run
         metric.check(self.reference, self.y)

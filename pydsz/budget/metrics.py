@@ -28,6 +28,7 @@ where a name is missing or repeats: TFLiteModel.output_details()'s "key"); a met
 
 from __future__ import annotations
 
+import copy
 import importlib
 import math
 from typing import Callable, Mapping, Optional, Union
@@ -67,9 +68,21 @@ class Metric:
     # Standard errors of the mean loss a budget keeps in hand unless told (--margin). 1 for the labels'
     # counts, whose noise is the flips' own (McNemar's); OUTPUT_MARGIN for the output metrics below.
     default_margin = 1.0
+    # the outputs the model makes class probabilities of (a SOFTMAX's): `knowing` says which
+    probabilities: frozenset = frozenset()
 
     def __init__(self, output: Optional[str] = None):
         self.output = output
+
+    def knowing(self, model) -> "Metric":
+        """This metric told which of `model`'s outputs are class probabilities (probability_outputs): a
+        copy where that changes anything. model: a pydsz.model.graph.TFLiteModel."""
+        known = probability_outputs(model)
+        if known == self.probabilities:
+            return self
+        told = copy.copy(self)
+        told.probabilities = known
+        return told
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec!r})"
@@ -213,7 +226,8 @@ class ExpectedTop1(Metric):
     name, unit, classifier, default_max_loss = "expected-top1", "expected top-1 accuracy (0.003 = 0.3 points)", True, 0.003
 
     def losses(self, outputs, reference, y):
-        p = _probabilities(_scores(reference, self))
+        (key, scores), = self.select(reference).items()
+        p = _probabilities(np.asarray(scores).reshape(len(scores), -1), key in self.probabilities)
         chosen = np.argmax(_scores(outputs, self), axis=1)
         return 1.0 - p[np.arange(len(chosen)), chosen]
 
@@ -229,17 +243,40 @@ class ExpectedTop1(Metric):
         return 1.0 - mean_loss
 
 
-# how far from 1 a row of probabilities may sum: a quantized output's (8 bits: each within half of 1/256
-# of the real one, 10 classes within 0.02) rounds each value
+# how far from 1 a row of probabilities may sum where the model does not say what the output is: a
+# quantized output's (8 bits: each within half of 1/256 of the real one, 10 classes within 0.02) rounds
+# each value
 PROBABILITY_SUM = 0.03
+# ops between a SOFTMAX and a model output that leave its values probabilities (requantized, reshaped)
+_KEEP_PROBABILITIES = ("QUANTIZE", "DEQUANTIZE", "RESHAPE", "SQUEEZE")
 
 
-def _probabilities(scores: np.ndarray) -> np.ndarray:
-    """Rows of class probabilities (made to sum to 1), or the softmax of rows that are not (logits)."""
+def probability_outputs(model) -> frozenset:
+    """The keys of `model`'s outputs that a SOFTMAX makes, through ops that only requantize or reshape
+    its values: class probabilities whatever their rows sum to. An 8-bit softmax over 1,000 classes
+    rounds away the classes below half a step (or up those just above it), so its rows sum to anywhere
+    from about 0.8 to 1.2 on uncertain samples, which no tolerance on the values can tell from logits."""
+    producer = {t: op for op in model.ops for t in op.outputs}
+    known = set()
+    for d in model.output_details():
+        op = producer.get(d["index"])
+        while op is not None and op.name in _KEEP_PROBABILITIES and op.inputs:
+            op = producer.get(op.inputs[0])
+        if op is not None and op.name == "SOFTMAX":
+            known.add(d["key"])
+    return frozenset(known)
+
+
+def _probabilities(scores: np.ndarray, known: bool = False) -> np.ndarray:
+    """Rows of class probabilities (made to sum to 1), or the softmax of rows that are not (logits).
+    known: the model makes them probabilities (probability_outputs); otherwise the values must say so,
+    non-negative and summing to 1 within PROBABILITY_SUM. A row of probabilities all rounded to 0 is
+    taken as uniform."""
     scores = scores.astype(np.float64)
     sums = scores.sum(axis=1, keepdims=True)
-    if scores.min() >= 0 and np.allclose(sums, 1, atol=PROBABILITY_SUM):
-        return scores / sums
+    if known or (scores.min() >= 0 and np.allclose(sums, 1, atol=PROBABILITY_SUM)):
+        scores, sums = np.maximum(scores, 0.0), np.maximum(sums, 0.0)
+        return np.where(sums > 0, scores / np.where(sums > 0, sums, 1.0), 1.0 / scores.shape[1])
     e = np.exp(scores - scores.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
@@ -404,7 +441,8 @@ def default(model, has_labels: bool, output: Optional[str] = None) -> tuple[Metr
         index = chosen[0]["index"]
         producer = next((op.name for op in model.ops if index in op.outputs), None)
         values = int(np.prod(chosen[0]["shape"][1:])) if len(chosen[0]["shape"]) > 1 else 1
-        if values >= 2 and (producer in ("SOFTMAX", "LOG_SOFTMAX") or (has_labels and len(chosen[0]["shape"]) == 2)):
+        scores = producer == "LOG_SOFTMAX" or chosen[0]["key"] in probability_outputs(model)
+        if values >= 2 and (scores or (has_labels and len(chosen[0]["shape"]) == 2)):
             if has_labels:
                 return Top1(output), "the data has labels and the model outputs class scores"
             return ExpectedTop1(output), ("the data has no labels and the model outputs class scores; "

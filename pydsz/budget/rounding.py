@@ -80,6 +80,7 @@ def input_rounding_loss(tflite: bytes, x: Sequence[np.ndarray], y, metric: metri
     keys = [d["key"] for d in model.output_details()]
     original = runtime.outputs(tflite, list(x), keys, batch_size=batch, num_threads=num_threads)
     moved = runtime.outputs(tflite, noisy, keys, batch_size=batch, num_threads=num_threads)
+    metric = metrics.get(metric).knowing(model)
     loss = float(np.mean(metric.losses(moved, original, y)) - np.mean(metric.losses(original, original, y)))
     if not loss > 0:
         raise InputError(f"--max-loss input: rounding the inputs within half their step ({', '.join(map(str, steps))}) "

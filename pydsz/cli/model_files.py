@@ -97,6 +97,7 @@ def cmd_eval(args) -> None:
     keys = [d["key"] for d in TFLiteModel(model).output_details()]
     out = outputs(model, x, keys, num_threads=args.num_threads)
     ref = out if reference is None else outputs(reference, x, keys, num_threads=args.num_threads)
+    metric = metric.knowing(TFLiteModel(reference if reference is not None else model))
     metric.check(ref, y)
     losses = metric.losses(out, ref, y)
     value = metric.value(float(np.mean(losses)))

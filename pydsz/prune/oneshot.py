@@ -157,8 +157,7 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     warnings = judged.warnings(n)
     allowed = judged.allowed(n)
     # the curves rank by a smooth loss where the budget's moves by whole samples
-    divergence_metric = metrics.UserMetric(divergence, "divergence", metric.output)
-    proxy = Evaluator(tflite_bytes, x_val, y_val, names, divergence_metric, run=quiet) if metric.classifier else judge
+    proxy = Evaluator(tflite_bytes, x_val, y_val, names, Divergence(metric.output), run=quiet) if metric.classifier else judge
     factors = {}
     hessians = Sequential(model, calibration, layers, num_threads)  # the model never changes here
 
@@ -195,24 +194,22 @@ def _loss_note(original: bytes, pruned: bytes, x, metric, num_threads: Optional[
     keys = [d["key"] for d in TFLiteModel(original).output_details()]
     reference = runtime.outputs(original, x, keys, num_threads=num_threads)
     out = runtime.outputs(pruned, x, keys, num_threads=num_threads)
+    metric = metric.knowing(TFLiteModel(original))
     losses = metric.losses(out, reference, None) - metric.losses(reference, reference, None)
     return (f"{metric.spec} against the unpruned model on the validation data: {float(np.mean(losses)):.4g} "
             f"({metric.unit}; {len(losses)} samples)")
 
 
-def divergence(outputs: dict, reference: dict, y) -> np.ndarray:
+class Divergence(metrics.Metric):
     """Per sample, the KL divergence of the class probabilities from the unpruned model's (summed over
     the outputs): smooth where top-1 moves by whole samples."""
-    total = 0.0
-    for key, out in outputs.items():
-        p, q = (_probabilities(np.asarray(a, np.float64).reshape(len(a), -1)) for a in (reference[key], out))
-        total = total + np.sum(p * (np.log(p + 1e-12) - np.log(q + 1e-12)), axis=1)
-    return np.asarray(total, np.float64)
 
+    name, unit = "divergence", "KL divergence of the class probabilities from the unpruned model's"
 
-def _probabilities(scores: np.ndarray) -> np.ndarray:
-    """Rows of class probabilities as they are (a softmax output), or the softmax of logits."""
-    if scores.min() >= 0 and np.allclose(scores.sum(axis=1), 1, atol=1e-3):
-        return scores
-    e = np.exp(scores - scores.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    def losses(self, outputs, reference, y):
+        total = 0.0
+        for key, out in self.select(outputs).items():
+            p, q = (metrics._probabilities(np.asarray(a, np.float64).reshape(len(a), -1), key in self.probabilities)
+                    for a in (reference[key], out))
+            total = total + np.sum(p * (np.log(p + 1e-12) - np.log(q + 1e-12)), axis=1)
+        return np.asarray(total, np.float64)
