@@ -754,6 +754,40 @@ def section_decision_noise(dn: dict) -> list:
                         "test loss", "test flips"], rows)
 
 
+def section_oneshot_frontier(of: dict) -> list:
+    out = ["## Studies: one-shot `--prune auto` against the best fixed one-shot plan", ""]
+    sm = of["summary"]
+    out += source(f"DSZ_HELDOUT_CACHE=DIR nice -n 10 python3 bench/oneshot_frontier.py --case {of['case']} --draws {sm['draws']}",
+                  "`bench/results/oneshot_frontier.json` (plot: `oneshot_frontier.png`)", machine(of["machine"]))
+    grid = "/".join(f"{100 * g:g}" for g in of["grid"])
+    out += [f"Issue 40 asks one-shot `dsz compress --prune auto --max-loss {of['budget']:g}` (no `--train`) for at least 90% of",
+            "the best fixed one-shot plan's ratio at its own test loss. Fixed plans: every FC layer but the last one-shot",
+            f"pruned to {grid}% each (SparseGPT on the training images, as the command's calibration), its bounds chosen",
+            f"on like-val (10,000 training images the model never saw) at margin 0 within {100 * of['compression'][0]:g} point",
+            f"from the pruned model: {sm['points']} points, each judged on the 10,000 test images from the unpruned model,",
+            f"{sm['frontier_seconds'] / 60:.0f} min (at {of['commit']}). The command ran on the {sm['draws']} draws of 500 validation images of",
+            "auto_draws.py; its efficiency is its ratio over the largest fixed ratio that loses no more on test.", ""]
+    o = sm["oracle"]
+    says = (f"What it says: the command gives {sm['ratio_median']:.1f}x at the median, {points(sm['test10k_median'])} test points, "
+            f"within the budget on {sm['within']} of {sm['draws']} draws; its efficiency at equal test loss is "
+            f"{sm['efficiency_median']:.2f} at the median ({sm['efficiency_min']:.2f} at worst), at least 0.9 on "
+            f"{sm['at_least_0.9']} of the {sum(r['efficiency'] is not None for r in of['rows'])} with a fixed plan at their loss: the criterion is "
+            + ("met." if sm["efficiency_min"] is not None and sm["efficiency_min"] >= 0.9 else "not met."))
+    if o:
+        says += (f" The oracle as the issue states it (the largest ratio within the budget on like-val) is "
+                 f"{o['ratio']:.1f}x at " + "/".join(f"{100 * v:.0f}" for v in o["sparsity"].values())
+                 + f"%, {points(o['test10k'])} test points.")
+    out += [says, ""]
+    rows = [[str(r["draw"]), f"{r['ratio']:.1f}x", points(r["test10k"]),
+             "/".join(f"{100 * v:.0f}" for v in r["sparsity"].values()) or "-",
+             f"{r['frontier']['ratio']:.1f}x" if r["frontier"] else "-",
+             "/".join(f"{100 * v:.0f}" for v in r["frontier"]["sparsity"].values()) if r["frontier"] else "-",
+             f"{r['efficiency']:.2f}" if r["efficiency"] else "-"] for r in of["rows"]]
+    out += table(["draw", "one-shot ratio", "test loss", "its sparsity %", "fixed at that loss", "its sparsity %",
+                     "efficiency"], rows)
+    return out
+
+
 def section_auto_draws(ad: dict) -> list:
     out = ["## Studies: how far `--prune auto` moves with the validation draw", ""]
     cases = ",".join(dict.fromkeys(r["case"] for r in ad["rows"]))
@@ -1123,6 +1157,7 @@ def render(root: Path = RESULTS) -> str:
         section_auto_sparsity(j("auto_sparsity.json")),
         section_decision_noise(j("decision_noise.json")),
         *([section_auto_draws(j("auto_draws.json"))] if (root / "auto_draws.json").exists() else []),
+        *([section_oneshot_frontier(j("oneshot_frontier.json"))] if (root / "oneshot_frontier.json").exists() else []),
         section_zoo(j("zoo.json")),
         section_zoo_variants(j("zoo.json"), [
             ("margin 1", "nice -n 10 python3 bench/zoo.py --flags=--margin=1 --json bench/results/zoo_margin1.json "
