@@ -27,16 +27,15 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-from auto_draws import BUDGET, LIKE_VAL, VAL, _inputs  # noqa: E402
+from auto_draws import BUDGET, LIKE_VAL, _inputs, run_case  # noqa: E402
 from auto_sparsity import HELDOUT, _commit  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 from pydsz.budget.rule import Budget  # noqa: E402
 from pydsz.compress.pipeline import compress  # noqa: E402
-from pydsz.compress.prune_compress import Pruning, compress_pruned  # noqa: E402
 from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
-from pydsz.model.data import fashion_mnist, load_npz, split_validation  # noqa: E402
+from pydsz.model.data import fashion_mnist, load_npz  # noqa: E402
 from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.prune.oneshot import prune_layers  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
@@ -70,20 +69,10 @@ def fixed_points(model: bytes, calibration: np.ndarray, like_val: tuple, test: t
     return points
 
 
-def draws(model: bytes, calibration: np.ndarray, pool: tuple, test: tuple, count: int) -> list:
-    rows = []
-    for seed in range(1, count + 1):
-        pick = np.random.default_rng(seed).choice(len(pool[0]), VAL, replace=False)  # auto_draws' draws
-        start = time.perf_counter()
-        result, split = compress_pruned(model, pool[0][pick], pool[1][pick], BUDGET,
-                                        pruning=Pruning(calibration=calibration))
-        decoded = container.load(result.dsz).tflite_bytes()
-        rows.append({"draw": seed, "ratio": result.ratio, "sparsity": split.sparsity,
-                     "test10k": runtime.accuracy(model, *test) - runtime.accuracy(decoded, *test),
-                     "seconds": time.perf_counter() - start, "split": split.line()})
-        print(f"[{time.strftime('%H:%M:%S')}] draw {seed}: {result.ratio:.1f}x, test10k "
-              f"{100 * rows[-1]['test10k']:+.2f}", flush=True)
-    return rows
+def draws(case: str, count: int) -> list:
+    """auto_draws.py's one-shot row on each of its draws, with its test10k loss."""
+    return [{"draw": r["draw"], "ratio": r["ratio"], "sparsity": r["sparsity"], "test10k": r["test_loss"]["test10k"],
+             "seconds": r["seconds"], "split": r["split"]} for r in run_case(case, count, ["one-shot"])]
 
 
 def main() -> int:
@@ -98,14 +87,12 @@ def main() -> int:
     model = (HELDOUT / f"{case}.tflite").read_bytes()
     calibration = load_npz(HELDOUT / f"{case}-train.npz")[0][:5000]
     x, y = fashion_mnist("train")
-    (_, _), (x_val, y_val) = split_validation(x, y)
-    pool = (_inputs(case, x_val), y_val)
     like_val = (_inputs(case, x[LIKE_VAL]), y[LIKE_VAL])
     test = load_npz(HELDOUT / f"{case}-test10k.npz")
     start = time.perf_counter()
     points = fixed_points(model, calibration, like_val, test)
     frontier_seconds = time.perf_counter() - start
-    rows = draws(model, calibration, pool, test, args.draws)
+    rows = draws(case, args.draws)
     for r in rows:
         best = frontier_at(points, r["test10k"])
         r["frontier"] = best

@@ -226,8 +226,7 @@ class ExpectedTop1(Metric):
     name, unit, classifier, default_max_loss = "expected-top1", "expected top-1 accuracy (0.003 = 0.3 points)", True, 0.003
 
     def losses(self, outputs, reference, y):
-        (key, scores), = self.select(reference).items()
-        p = _probabilities(np.asarray(scores).reshape(len(scores), -1), key in self.probabilities)
+        p = _probabilities(_scores(reference, self), next(iter(self.select(reference))) in self.probabilities)
         chosen = np.argmax(_scores(outputs, self), axis=1)
         return 1.0 - p[np.arange(len(chosen)), chosen]
 
@@ -275,7 +274,6 @@ def _probabilities(scores: np.ndarray, known: bool = False) -> np.ndarray:
     scores = scores.astype(np.float64)
     sums = scores.sum(axis=1, keepdims=True)
     if known or (scores.min() >= 0 and np.allclose(sums, 1, atol=PROBABILITY_SUM)):
-        scores, sums = np.maximum(scores, 0.0), np.maximum(sums, 0.0)
         return np.where(sums > 0, scores / np.where(sums > 0, sums, 1.0), 1.0 / scores.shape[1])
     e = np.exp(scores - scores.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
