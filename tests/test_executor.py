@@ -14,7 +14,7 @@ import pytest
 
 from pydsz.assess import executor
 from pydsz.assess.evaluator import Evaluator
-from pydsz.budget import metrics
+from pydsz.budget import calibrated
 from pydsz.budget.rule import Budget
 from pydsz.compress import pipeline
 from pydsz.context import Run
@@ -39,7 +39,9 @@ def _same(a, b):
 @pytest.mark.slow
 def test_a_local_dask_cluster_gives_the_same_points_bounds_and_bytes(val, local):
     """Exact by construction: a worker runs the same evaluation on the same arrays with the same BLAS
-    as this process (only where it runs differs), so top-1's whole-sample losses and the bytes match."""
+    as this process (only where it runs differs), so the classes each sample gets, the losses the
+    calibrated probabilities give them (from the interpreter's outputs, the same in every process) and
+    the bytes match."""
     cluster = executor.Dask(workers=2)
     try:
         _same(pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val, Budget("top1", 0.003),
@@ -71,8 +73,8 @@ def test_cuts_fitted_plans_and_their_refinement_give_the_same_bytes_on_dask(val)
     assert {info["plan"] for info in here.assessment.values()} <= {"fitted", "group"}
 
 
-class Top1KillingAWorkerOnce(metrics.Top1):
-    """top-1; but the first worker process to compute it dies on the spot (never the test's own
+class CalibratedKillingAWorkerOnce(calibrated.CalibratedTop1):
+    """calibrated-top1; but the first worker process to compute it dies on the spot (never the test's own
     process), as a machine of a cluster may."""
 
     def losses(self, outputs, reference, y):
@@ -87,10 +89,12 @@ class Top1KillingAWorkerOnce(metrics.Top1):
 def test_a_worker_that_dies_mid_assessment_changes_nothing(val, local, tmp_path, monkeypatch):
     marker = tmp_path / "killed"
     monkeypatch.setenv(KILL_MARKER, str(marker))  # the workers inherit it
+    # top-1's decisions, the workers' evaluations, measure in a calibrated-top1 that kills one
+    monkeypatch.setattr(calibrated, "deciding", lambda metric: CalibratedKillingAWorkerOnce(metric.output))
     cluster = executor.Dask(workers=2)
     try:
         result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), *val,
-                                   Budget(Top1KillingAWorkerOnce(), 0.003), run=Run(executor=cluster))
+                                   Budget("top1", 0.003), run=Run(executor=cluster))
     finally:
         cluster.close()
     assert marker.exists(), "no worker was killed"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from pydsz.assess.evaluator import Evaluator
-from pydsz.budget import metrics
+from pydsz.budget import calibrated, metrics, probabilities
 from pydsz.budget.rule import Budget
 from pydsz.compress import pipeline
 from pydsz.compress.compensation import Compensation
@@ -73,6 +73,80 @@ def test_expected_top1_is_top1_in_expectation_when_labels_follow_the_original_pr
     assert metric.noise(expected, base) == pytest.approx(draws.std(), rel=0.1)
     # logits and probabilities of the same model give the same losses
     assert np.allclose(metric.losses(_outputs(changed), _outputs(logits), None), expected)
+
+
+def test_calibrated_top1_fits_the_temperature_the_labels_were_drawn_at_and_is_top1_in_expectation():
+    """An overconfident model (its probabilities those of logits 2.5 times too large) whose labels follow
+    the calibrated ones: the fitted temperature is about 2.5, and the loss of a change is the top-1 loss
+    labels drawn from the calibrated probabilities give on average, with the noise of the samples (the
+    spread of that average over draws of samples), not the labels' coin tosses."""
+    rng = np.random.default_rng(40)
+    n, classes = 4000, 6
+    logits = rng.normal(scale=1.5, size=(n, classes))
+    q = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    y = (rng.random((n, 1)) > q.cumsum(1)).sum(1)
+    overconfident = _outputs(2.5 * logits)
+    metric = calibrated.CalibratedTop1().fitted(overconfident, y)
+    assert metric.t == pytest.approx(2.5, rel=0.1)
+    changed = _outputs(2.5 * (logits + rng.normal(scale=0.7, size=logits.shape)))
+    losses, base = metric.losses(changed, overconfident, y), metric.losses(overconfident, overconfident, y)
+    a, b = np.argmax(logits, 1), np.argmax(changed["out"], 1)
+    q_fit = metric.calibrated(overconfident, y)
+    rows = np.arange(n)
+    assert np.allclose(losses - base, q_fit[rows, a] - q_fit[rows, b])
+    top1 = metrics.get("top1")
+    draws = [np.sum(top1.losses(changed, None, d) - top1.losses(overconfident, None, d))
+             for d in ((rng.random((n, 1)) > q.cumsum(1)).sum(1) for _ in range(400))]
+    assert np.sum(losses - base) == pytest.approx(np.mean(draws), rel=0.1)
+    assert metric.noise(losses, base) == pytest.approx(np.std(losses - base, ddof=1) * math.sqrt(n))
+    assert metric.noise(losses, base) < 0.6 * np.std(draws)  # less than the labels' own noise
+    # unfitted, it fits on the reference it is given, probabilities and logits alike
+    sharp = _outputs(q ** 2.5 / (q ** 2.5).sum(1, keepdims=True))
+    assert np.allclose(calibrated.CalibratedTop1().losses(changed, sharp, y), losses)
+    top1 = metrics.Top1()
+    assert calibrated.deciding(top1).name == "calibrated-top1" and calibrated.deciding(metric) is metric
+    assert calibrated.deciding(metrics.get("agreement")).name == "agreement"
+
+
+@pytest.fixture(scope="module")
+def few_labels(val_all):
+    return val_all[0][:400], val_all[1][:400]
+
+
+def test_a_top1_budget_on_400_labels_decides_in_calibrated_top1_and_the_labels_check_the_file(few_labels,
+                                                                                              monkeypatch):
+    """The bounds chosen in calibrated-top1 (whose noise is the samples'), the file's top-1 on the labels
+    within the budget as measured: a larger file ratio than top1's own decisions give, whose McNemar noise
+    on 400 labels is about the whole budget."""
+    model = bundled("lenet300.tflite").read_bytes()
+    budget = Budget("top1", 0.01)
+    result = pipeline.compress(model, *few_labels, budget, compensation=Compensation(enabled=False))
+    assert result.metric.name == "top1" and result.decided["metric"] == "calibrated-top1"
+    assert result.loss * 400 <= budget.allowed(400) + 1e-9  # the labels' loss, as measured
+    assert result.decided["loss"] <= result.decided["allowed"] + 1e-12
+    decoded = container.load(result.dsz).tflite_bytes()
+    assert result.after == pytest.approx(runtime.accuracy(decoded, *few_labels))
+    monkeypatch.setattr(calibrated, "deciding", lambda metric: metric)
+    in_top1 = pipeline.compress(model, *few_labels, budget, compensation=Compensation(enabled=False))
+    assert in_top1.decided is None
+    assert result.file_ratio > 1.1 * in_top1.file_ratio  # 13.0x against 10.9x
+
+
+class _Blind(calibrated.CalibratedTop1):
+    """A decisions' metric that sees no loss at all: every bound looks free."""
+
+    def losses(self, outputs, reference, y):
+        return np.zeros(len(next(iter(outputs.values()))))
+
+
+def test_the_labels_step_the_bounds_down_where_the_decisions_metric_sees_less_than_they_do(few_labels,
+                                                                                          monkeypatch):
+    monkeypatch.setattr(calibrated, "deciding", lambda metric: _Blind(metric.output))
+    result = pipeline.compress(bundled("lenet300.tflite").read_bytes(), *few_labels, Budget("top1", 0.005),
+                               compensation=Compensation(enabled=False))
+    checked = [a for a in result.attempts if "labelled_loss" in a]
+    assert checked[0]["labelled_loss"] > 2  # the blind plan loses more than 2 of 400 on the labels ...
+    assert result.loss * 400 <= 2 + 1e-9 and len(checked) > 1  # ... and the file is stepped down until it does not
 
 
 outputs_pair = st.integers(1, 20).flatmap(lambda n: st.tuples(
@@ -189,6 +263,8 @@ def test_top1_gives_the_same_bytes_and_numbers_as_before_metrics(val_all, monkey
     the rest with LZMA2 where smaller: the bytes recorded are the same entries as formats 1-3 hold them.)"""
     recorded = json.loads((FIXTURES / "top1_before_metrics.json").read_text())
     monkeypatch.setattr(pack, "lzma_tables", lambda raw: raw + bytes(64))  # never smaller: formats 1-3
+    # decided in top1 itself, as then (its decisions now measure in calibrated-top1: calibrated.deciding)
+    monkeypatch.setattr(calibrated, "deciding", lambda metric: metric)
     for key, before in recorded.items():
         name, n = key.split("-")[:2]
         x, y = val_all[0][:int(n)], val_all[1][:int(n)]
@@ -451,9 +527,9 @@ def test_an_8_bit_softmax_over_1000_classes_is_read_as_probabilities_by_the_mode
     model = TFLiteModel(quantized)
     key = model.output_details()[0]["key"]
     sums = runtime.outputs(quantized, x, [key])[key].sum(axis=1)
-    assert sums.min() < 1 - 2 * metrics.PROBABILITY_SUM
-    assert metrics.probability_outputs(model) == {key}
-    assert metrics.probability_outputs(TFLiteModel(plain)) == {TFLiteModel(plain).output_details()[0]["key"]}
+    assert sums.min() < 1 - 2 * probabilities.PROBABILITY_SUM
+    assert probabilities.probability_outputs(model) == {key}
+    assert probabilities.probability_outputs(TFLiteModel(plain)) == {TFLiteModel(plain).output_details()[0]["key"]}
     assert isinstance(metrics.default(model, False)[0], metrics.ExpectedTop1)
     # the same change of weights judged through either model: the same expected-top1 loss (the sums'
     # rule read the int8 rows as logits, near-uniform after a softmax: 0.0001 against 0.074)
@@ -467,7 +543,7 @@ def test_an_8_bit_softmax_over_1000_classes_is_read_as_probabilities_by_the_mode
     assert judged[1] > 0.05
     assert judged[0] == pytest.approx(judged[1], rel=0.1)
     # a row rounded to nothing is uniform, not a division by zero
-    assert np.allclose(metrics._probabilities(np.zeros((2, 4)), known=True), 0.25)
+    assert np.allclose(probabilities.as_probabilities(np.zeros((2, 4)), known=True), 0.25)
 
 
 def test_a_quantized_output_that_the_data_never_moves_beyond_one_step_is_named():

@@ -135,6 +135,7 @@ class Evaluator:
         self.data_note = unexercised(self.outputs, {d["key"]: max(d["scale"]) for d in self.model.output_details()
                                                     if d["scale"] and d["dtype"] is not None and d["dtype"].kind in "iu"})
         self.metric.check(self.outputs, self.y)
+        self.metric = self.metric.fitted(self.outputs, self.y)
         self.h = (activations.capture(self.bytes, self.x, self.tail.input_tensor, batch_size=self.batch,
                                   num_threads=num_threads) if self.tail else None)
         if self.tail:
@@ -255,18 +256,11 @@ class Evaluator:
         if self.tail is None:
             self.cpu_reason = "no FC tail that numpy or the GPU can run: the interpreter evaluates"
             return
-        if not isinstance(self.metric, (metrics.Top1, metrics.Agreement)) or \
-                list(self.metric.select(self.outputs)) != [self._tail_output]:
-            self.cpu_reason = f"the GPU tail counts top-1 outcomes of the tail's output; metric {self.metric.spec} runs in numpy"
-            return
-        from pydsz.gpu.evaluate import TailHits
+        from pydsz.assess.gpu_tail import GpuLosses
 
-        # agreement is top-1 against the classes the original tail predicts
-        labels = self.y if self.metric.needs_labels else np.argmax(
-            self.tail.forward(self.h).reshape(len(self.h), -1), axis=1)
         try:
-            self._gpu = TailHits(self.tail, self.h, labels)
-        except InputError as exc:  # an op the GPU path does not run: the numpy tail still does
+            self._gpu = GpuLosses(self.tail, self.h, self.metric, self.y, self.outputs, self._tail_output)
+        except InputError as exc:  # another metric, or an op the GPU path does not run: the numpy tail still does
             self.cpu_reason = str(exc)
             return
         self.device = "gpu"
@@ -389,13 +383,18 @@ class Evaluator:
     def measure_model(self, tflite_bytes: bytes) -> Measure:
         """The loss of another model of the same graph (the decoded .dsz) against the original,
         both through the interpreter: what a user would measure."""
-        out = runtime.outputs(tflite_bytes, self.x, self.keys, batch_size=self.batch, num_threads=self.num_threads)
-        base = self.metric.losses(self.outputs, self.outputs, self.y)
-        return self._measure(self.metric.losses(out, self.outputs, self.y), base)
+        return self.measure_model_in(tflite_bytes, [self.metric])[0]
 
-    def _measure(self, losses: np.ndarray, base: np.ndarray) -> Measure:
-        d = losses - base
-        return Measure(float(np.sum(d)), self.metric.noise(losses, base), int(np.sum(d > 0)), int(np.sum(d < 0)))
+    def measure_model_in(self, tflite_bytes: bytes, judges: Sequence[metrics.Metric]) -> list[Measure]:
+        """measure_model's loss in each metric of `judges` (this evaluator's, or others on the same
+        samples and labels), from one run of the model."""
+        out = runtime.outputs(tflite_bytes, self.x, self.keys, batch_size=self.batch, num_threads=self.num_threads)
+        return [self._measure(m.losses(out, self.outputs, self.y), m.losses(self.outputs, self.outputs, self.y), m)
+                for m in (judge.knowing(self.model) for judge in judges)]
+
+    def _measure(self, losses: np.ndarray, base: np.ndarray, metric: Optional[metrics.Metric] = None) -> Measure:
+        d, metric = losses - base, metric or self.metric
+        return Measure(float(np.sum(d)), metric.noise(losses, base), int(np.sum(d > 0)), int(np.sum(d < 0)))
 
     def _outputs(self, weights: Mapping[str, np.ndarray], path, samples: Optional[np.ndarray] = None) -> Optional[dict]:
         """The model's outputs with `weights` in place, of every sample or those of `samples` (None where
@@ -443,7 +442,7 @@ class Evaluator:
                 for t, key in zip(self.model.outputs, self.keys)}
 
     def _losses(self, outputs: Optional[dict], reference: Optional[dict], weights) -> np.ndarray:
-        """The metric's per-sample losses of outputs; top-1 outcomes from the GPU where outputs is None."""
+        """The metric's per-sample losses of outputs; from the GPU's top-1 outcomes where outputs is None."""
         if outputs is None:
-            return (~self._gpu.hits(weights)).astype(np.float64)
+            return self._gpu.losses(weights, lambda rows: self._outputs(weights, "tail", rows)[self._tail_output])
         return self.metric.losses(outputs, reference, self.y)

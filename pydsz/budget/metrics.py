@@ -35,6 +35,7 @@ from typing import Callable, Mapping, Optional, Union
 
 import numpy as np
 
+from pydsz.budget.probabilities import as_probabilities, probability_outputs
 from pydsz.errors import InputError
 
 Outputs = Mapping[str, np.ndarray]
@@ -73,6 +74,12 @@ class Metric:
 
     def __init__(self, output: Optional[str] = None):
         self.output = output
+
+    def fitted(self, reference: Outputs, y) -> "Metric":
+        """This metric fitted to the original model's outputs on the data and their labels, for a metric
+        that learns from them (calibrated-top1's temperature): itself, or a copy. An Evaluator fits its
+        metric once, so that every evaluation, in any process, counts with the same fit."""
+        return self
 
     def knowing(self, model) -> "Metric":
         """This metric told which of `model`'s outputs are class probabilities (probability_outputs): a
@@ -184,7 +191,6 @@ class Top1(_Discrete):
     def value(self, mean_loss):
         return 1.0 - mean_loss
 
-
 class TopK(_Discrete):
     unit, needs_labels = "top-k accuracy (0.003 = 0.3 points)", True
 
@@ -226,7 +232,7 @@ class ExpectedTop1(Metric):
     name, unit, classifier, default_max_loss = "expected-top1", "expected top-1 accuracy (0.003 = 0.3 points)", True, 0.003
 
     def losses(self, outputs, reference, y):
-        p = _probabilities(_scores(reference, self), next(iter(self.select(reference))) in self.probabilities)
+        p = as_probabilities(_scores(reference, self), next(iter(self.select(reference))) in self.probabilities)
         chosen = np.argmax(_scores(outputs, self), axis=1)
         return 1.0 - p[np.arange(len(chosen)), chosen]
 
@@ -240,43 +246,6 @@ class ExpectedTop1(Metric):
 
     def value(self, mean_loss):
         return 1.0 - mean_loss
-
-
-# how far from 1 a row of probabilities may sum where the model does not say what the output is: a
-# quantized output's (8 bits: each within half of 1/256 of the real one, 10 classes within 0.02) rounds
-# each value
-PROBABILITY_SUM = 0.03
-# ops between a SOFTMAX and a model output that leave its values probabilities (requantized, reshaped)
-_KEEP_PROBABILITIES = ("QUANTIZE", "DEQUANTIZE", "RESHAPE", "SQUEEZE")
-
-
-def probability_outputs(model) -> frozenset:
-    """The keys of `model`'s outputs that a SOFTMAX makes, through ops that only requantize or reshape
-    its values: class probabilities whatever their rows sum to. An 8-bit softmax over 1,000 classes
-    rounds away the classes below half a step (or up those just above it), so its rows sum to anywhere
-    from about 0.8 to 1.2 on uncertain samples, which no tolerance on the values can tell from logits."""
-    producer = {t: op for op in model.ops for t in op.outputs}
-    known = set()
-    for d in model.output_details():
-        op = producer.get(d["index"])
-        while op is not None and op.name in _KEEP_PROBABILITIES and op.inputs:
-            op = producer.get(op.inputs[0])
-        if op is not None and op.name == "SOFTMAX":
-            known.add(d["key"])
-    return frozenset(known)
-
-
-def _probabilities(scores: np.ndarray, known: bool = False) -> np.ndarray:
-    """Rows of class probabilities (made to sum to 1), or the softmax of rows that are not (logits).
-    known: the model makes them probabilities (probability_outputs); otherwise the values must say so,
-    non-negative and summing to 1 within PROBABILITY_SUM. A row of probabilities all rounded to 0 is
-    taken as uniform."""
-    scores = scores.astype(np.float64)
-    sums = scores.sum(axis=1, keepdims=True)
-    if known or (scores.min() >= 0 and np.allclose(sums, 1, atol=PROBABILITY_SUM)):
-        return np.where(sums > 0, scores / np.where(sums > 0, sums, 1.0), 1.0 / scores.shape[1])
-    e = np.exp(scores - scores.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def _flat(a) -> np.ndarray:

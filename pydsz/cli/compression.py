@@ -286,7 +286,8 @@ def add_commands(sub) -> None:
     add_layer_arguments(p)
     p.add_argument("--margin", type=float, default=None,
                    help="standard errors of the measured loss kept in hand when choosing bounds (default 1 "
-                   "for top1, topk, agreement and expected-top1, 2 for output-error, psnr and cosine; 0 trusts "
+                   "for top1 (whose bounds are chosen in calibrated-top1, the file then checked on the labels), "
+                   "topk, agreement and expected-top1, 2 for output-error, psnr and cosine; 0 trusts "
                    "the measured losses as they are and overfits the data)")
     add_compensation_arguments(p)
     p.add_argument("--prune", choices=["auto"], default=None,

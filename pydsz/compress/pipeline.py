@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Optional, Union
+from dataclasses import dataclass, field, replace
+from typing import Callable, Optional, Union
 
 import numpy as np
 
@@ -23,16 +23,17 @@ from pydsz.assess import plan
 from pydsz.assess.evaluator import Evaluator
 from pydsz.assess.executor import Local
 from pydsz.assess.ladder import Point
-from pydsz.budget import metrics
+from pydsz.budget import calibrated, metrics
 from pydsz.budget.knapsack import Option, Plan, loss_unit, minimize_loss, minimize_size
 from pydsz.budget.rule import Budget, risk
 from pydsz.compress.compensation import Compensation
 from pydsz.compress.compensation import for_model as compensation_for
+from pydsz.compress.unreached import by_analogy, unreached_layers
 from pydsz.context import Run
 from pydsz.encode import constants, pack
 from pydsz.encode.tensor import as_weight
 from pydsz.errors import InputError
-from pydsz.format import codec, container
+from pydsz.format import container
 from pydsz.model import runtime, selection
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.selection import Selection, compressible_layers
@@ -93,8 +94,12 @@ class Result:
     # largest magnitude; 0 when they are kept lossless
     constants_rel: float = 0.0
     # compensation cross-fitted on the data: the loss with each half's weights compensated on the other half
-    # (what holds on data the compensation did not see; within the budget too), else None
+    # (what holds on data the compensation did not see; within the budget too; in `decided`'s metric where
+    # there is one), else None
     held_out_loss: Optional[float] = None
+    # where the decisions measured in another metric than the budget's (calibrated.deciding: top1's in
+    # calibrated-top1): that metric, its measured loss of the file (mean) and what it allows, else None
+    decided: Optional[dict] = None
 
     @property
     def fc_original_bytes(self) -> int:
@@ -206,6 +211,10 @@ def compress(
     _check_target(target_ratio)
     budget = Budget.of(budget).for_model(model, y is not None)
     metric, margin, spent = budget.metric, budget.margin, budget.spent
+    # the decisions measure in `deciding`, its noise margin kept; the file's loss in the budget's metric, on
+    # the labels, is then checked as measured (its noise is what the decisions' metric does without)
+    deciding = calibrated.deciding(metric) if y is not None else metric
+    decisions = budget if deciding is metric else replace(budget, metric=deciding)
     choice = Selection.of(layers)
     layers = choice.spec
     chosen = compressible_layers(model, layers, choice.min_bytes)
@@ -214,12 +223,21 @@ def compress(
     compensator, compensation_warnings = (
         compensation_for(data, names, x, compensation.calibration, run.num_threads)
         if compensation.on(len(x[0])) else (None, []))
-    evaluator = Evaluator(data, x, y, names, metric, run=run, compensator=compensator)
+    evaluator = Evaluator(data, x, y, names, deciding, run=run, compensator=compensator)
     n = evaluator.samples
     warnings = budget.warnings(n) + compensation_warnings + evaluator.notes
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)
-    allowed = budget.allowed(n)
+    allowed = decisions.allowed(n)
+    checked = budget.allowed(n) if deciding is not metric else math.inf
+
+    def file_loss(tflite: bytes):
+        """The decisions' measurement of a decoded model, and its loss in the budget's metric (summed)."""
+        if deciding is metric:
+            m = evaluator.measure_model(tflite)
+            return m, m.loss
+        m, labelled = evaluator.measure_model_in(tflite, [evaluator.metric, metric])
+        return m, labelled.loss
 
     executor = run.executor or Local()
     start = time.perf_counter()
@@ -236,9 +254,9 @@ def compress(
     chosen_plan = _plan(table, n, allowed, max_size, margin, metric)
     # nothing fits (a target ratio beyond the grid): every layer lossless
     bounds = {name: chosen_plan.choice[name].bound if chosen_plan else 0.0 for name in names}
-    unreached = _unreached(evaluator, table)
+    unreached = unreached_layers(evaluator, table)
     if unreached:
-        bounds, note = _by_analogy(evaluator, table, bounds, unreached)
+        bounds, note = by_analogy(evaluator, table, bounds, unreached)
         warnings.append(note)
     attempts: list[dict] = []
     trials = 0  # evaluations of the verification's tightening steps
@@ -247,7 +265,7 @@ def compress(
     crossfit = evaluator.compensator is not None and evaluator.compensator.cross_fitted
     while True:
         m = evaluator.measure_at(bounds)
-        at_risk = budget.risk(m.loss, m.noise)
+        at_risk = decisions.risk(m.loss, m.noise)
         attempt = {"bounds": dict(bounds), "predicted": _predicted(table, bounds, margin), "loss": m.loss,
                    "risk": at_risk, "size": _size(table, bounds)}
         attempts.append(attempt)
@@ -259,9 +277,16 @@ def compress(
         packed = pack.encode_tensors(_encoded_model(evaluator, bounds), pack.stored_bounds(model, bounds),
                                           kind)
         dsz = pack.assemble(*packed, kind, gather_small=True)
-        attempt["measured_loss"] = measured = evaluator.measure_model(container.load(dsz).tflite_bytes()).loss
-        if measured <= allowed or max_size is not None or lossless:
+        file_m, labelled = file_loss(container.load(dsz).tflite_bytes())
+        attempt["measured_loss"] = measured = file_m.loss
+        if deciding is not metric:
+            attempt["labelled_loss"] = labelled
+        if (measured <= allowed and labelled <= checked) or max_size is not None or lossless:
             break
+        if measured <= allowed:  # the labels see more than the decisions' metric: one step down
+            bounds, tried = _tighten(executor, table, bounds, allowed - slack, at_risk, margin)
+            trials += tried
+            continue
         if not crossfit:
             slack = max(slack, measured - m.loss)
             continue
@@ -279,18 +304,22 @@ def compress(
     optimism = max(0.0, m.loss - measured) if crossfit else 0.0
     constants_rel, tries = 0.0, 0
     if max_size is None:
-        tries, found = _gather_constants(evaluator, packed, chosen, bounds, layers, budget, allowed,
-                                         budget.risk(measured + optimism, m.noise), dsz, optimism)
+        tries, found = _gather_constants(file_loss, packed, chosen, bounds, layers, decisions, allowed, checked,
+                                         decisions.risk(measured + optimism, m.noise), dsz, optimism)
         if found:
-            dsz, measured, constants_rel = found
-            attempts.append({"constants_rel": constants_rel, "measured_loss": measured})
+            dsz, measured, labelled, constants_rel = found
+            attempts.append({"constants_rel": constants_rel, "measured_loss": measured,
+                             **({"labelled_loss": labelled} if deciding is not metric else {})})
     seconds = time.perf_counter() - start
 
+    decided = None
+    if deciding is not metric:
+        decided = {"metric": deciding.spec, "loss": measured / n, "allowed": allowed / n}
     return Result(
         dsz=dsz, layers=_layer_results(model, chosen, bounds, table, n), curves=table, samples=n, metric=metric,
-        before=before, after=metric.value(base + measured / n), loss=measured / n, max_loss=budget.max_loss,
+        before=before, after=metric.value(base + labelled / n), loss=labelled / n, max_loss=budget.max_loss,
         held_out_loss=(measured + optimism) / n if crossfit else None,
-        allowed=allowed, model_bytes=len(data), spent=spent, margin=margin, attempts=attempts,
+        decided=decided, allowed=budget.allowed(n), model_bytes=len(data), spent=spent, margin=margin, attempts=attempts,
         fast_evaluation=evaluator.fast, device=evaluator.device, cpu_reason=evaluator.cpu_reason,
         evaluations=(assessment.evaluations + trials + sum("bounds" in a for a in attempts)
                      + sum("bounds" in a and "measured_loss" in a for a in attempts) + tries),
@@ -301,54 +330,15 @@ def compress(
     )
 
 
-def _unreached(evaluator: Evaluator, table: dict) -> list[str]:
-    """The layers no sample of the data reaches: every point measured moves nothing, and neither do
-    the layer's weights all zero (a branch that the data never takes)."""
-    model = evaluator.model
-    # a layer of another subgraph may be measured in a group, its points then estimates: it is checked
-    # whatever they say (one evaluation each)
-    still = [name for name, points in table.items() if model.layer(name).subgraph
-             or all(p.loss == 0 and p.noise == 0 and not p.lost and not p.gained for p in points)]
-    return [name for name in evaluator.layer_names if name in still and not evaluator.reaches(name)]
-
-
-def _by_analogy(evaluator: Evaluator, table: dict, bounds: dict, unreached: list) -> tuple[dict, str]:
-    """Bounds for the layers the data does not reach, whose losses cannot be measured: each takes the
-    finest of the bounds the measured layers of its kind (float, or integer steps) were given, relative
-    to their weights' scale (ladder.scale), measured once more to know its size: its error then adds
-    no more to the outputs, where it runs, than the measured layer that was kept closest. Without such
-    layers it stays lossless. Returns the bounds and the note that says so."""
-    from pydsz.assess import tasks
-    from pydsz.assess.ladder import scale
-
-    def stored(name):
-        return codec.stored_array(np.asarray(evaluator.model.stored(name)))
-
-    measured = {name: b / scale(stored(name)) for name, b in bounds.items() if name not in unreached and b > 0}
-    out = dict(bounds)
-    for name in unreached:
-        w = stored(name)
-        alike = [r for n, r in measured.items() if (stored(n).dtype.kind == "f") == (w.dtype.kind == "f")]
-        bound = min(alike) * scale(w) if alike else 0.0
-        if w.dtype.kind in "iu":
-            bound = float(round(bound))
-        if bound > 0 and not any(p.bound == bound for p in table[name]):
-            table[name] = sorted(table[name] + [tasks.measure_point(evaluator, name, bound)], key=lambda p: p.bound)
-        out[name] = bound
-    note = (f"no sample of the data reaches {', '.join(unreached)} (with their weights all zero no output moves: "
-            "a branch the data never takes), so their loss cannot be measured: each takes the finest bound the "
-            "measured layers got, relative to its weights' scale; data that runs them would measure them")
-    return out, note
-
-
-def _gather_constants(evaluator: Evaluator, packed: tuple, chosen: list, bounds: dict, layers: str,
-                      budget: Budget, allowed: float, risk_before: float, dsz: bytes,
+def _gather_constants(file_loss: Callable, packed: tuple, chosen: list, bounds: dict, layers: str,
+                      budget: Budget, allowed: float, checked: float, risk_before: float, dsz: bytes,
                       optimism: float = 0.0) -> tuple[int, Optional[tuple]]:
     """The verified .dsz with the model's small constants gathered too (pydsz.encode.constants), each within
     the coarsest relative bound tried whose decoded model is still within the budget, its margin
     included (or, where the weights alone already measured beyond the margin, no riskier than they
-    were): (bounds tried, (dsz, measured loss, relative bound) or None where none is or the file is not
-    smaller than `dsz`, the one without them). packed: pack.encode_tensors' model and entries of
+    were), and its loss in the budget's metric within `checked` (file_loss: compress's, the decisions'
+    Measure and that loss): (bounds tried, (dsz, measured loss, the budget metric's, relative bound) or None
+    where none is or the file is not smaller than `dsz`, the one without them). packed: pack.encode_tensors' model and entries of
     `dsz`, assembled again with each bound instead of encoded again. Each bound tried is one evaluation
     of the decoded model, `optimism` added (what a cross-fitted compensation's file loss on its own samples
     flatters it by). Layers chosen by name change nothing else: their selection gathers nothing."""
@@ -361,10 +351,10 @@ def _gather_constants(evaluator: Evaluator, packed: tuple, chosen: list, bounds:
         if len(smaller) >= len(dsz):
             break  # nothing to gather, or not worth it at the coarsest bound
         tries += 1
-        m = evaluator.measure_model(container.load(smaller).tflite_bytes())
+        m, labelled = file_loss(container.load(smaller).tflite_bytes())
         held_out = m.loss + optimism
-        if held_out <= allowed and budget.risk(held_out, m.noise) <= max(allowed, risk_before):
-            return tries, (smaller, m.loss, rel)
+        if held_out <= allowed and labelled <= checked and budget.risk(held_out, m.noise) <= max(allowed, risk_before):
+            return tries, (smaller, m.loss, labelled, rel)
     return tries, None
 
 

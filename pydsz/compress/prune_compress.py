@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
 from pydsz.assess.evaluator import Evaluator
-from pydsz.budget import metrics
+from pydsz.budget import calibrated, metrics
 from pydsz.budget.rule import Budget
 from pydsz.compress.compensation import Compensation
 from pydsz.compress.pipeline import Result, compress
@@ -104,8 +104,12 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
         else:
             pruned = oneshot.prune_model(data, calibration, (x, y), "auto", kinds=KINDS[layers],
                                          run=replace(run, executor=None), auto_budget=share_budget)
-        # a gain by pruning is noise the bounds should not spend
-        spent = max(0.0, judge.measure_model(pruned.tflite).loss / n)
+        # a gain by pruning is noise the bounds should not spend; nor is a loss the labels see smaller than the
+        # metric the bounds are chosen in (calibrated-top1 for top1) expects: compress checks the file's labels
+        # against what is left as measured, so a lucky draw of the labels would hand the bounds more than is there
+        judges = list(dict.fromkeys([metric, calibrated.deciding(metric)]))  # one where they are the same
+        losses = [m.loss for m in judge.measure_model_in(pruned.tflite, judges)]
+        spent = max(0.0, *losses) / n
         result = compress(pruned.tflite, x, y, replace(budget, spent=spent),
                           compensation=Compensation(enabled=compensate), run=run, layers=choice)
         if not retrain:

@@ -17,7 +17,7 @@ def metric_dict(result: Result) -> dict:
     return {"name": m.name, "output": m.output, "unit": m.unit, "reason": result.metric_reason or None,
             "max_loss": result.max_loss, "allowed_loss": result.allowed_loss, "measured_loss": result.loss,
             "before": result.before, "after": result.after, "spent": result.spent,
-            "samples": result.samples, "margin": result.margin}
+            "samples": result.samples, "margin": result.margin, "decided": result.decided}
 
 
 def to_dict(result: Result, extra: Optional[dict] = None) -> dict:
@@ -82,7 +82,15 @@ def totals_line(result: Result) -> str:
             f"({result.ratio:.1f}x; whole file {result.model_bytes} -> {len(result.dsz)} bytes, "
             f"{result.file_ratio:.1f}x); {m.spec} {_value(result, result.before)} -> {_value(result, result.after)} "
             f"(measured loss {_loss(result, result.loss)}, allowed {_loss(result, result.allowed_loss)} {unit}; "
-            f"{result.samples} samples, {result.evaluations_per_second:.1f} evaluations/s)")
+            f"{result.samples} samples, {result.evaluations_per_second:.1f} evaluations/s)" + _decided(result))
+
+
+def _decided(result: Result) -> str:
+    """Where the decisions measured in another metric: what it says of the file, and that the labels checked it."""
+    d = result.decided
+    if not d:
+        return ""
+    return f"; decided in {d['metric']}, {result.margin:g} sd in hand: {_loss(result, d['loss'])} of {_loss(result, d['allowed'])}"
 
 
 def assessment_line(result: Result) -> str:

@@ -12,7 +12,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from pydsz.budget import metrics
+from pydsz.budget import metrics, probabilities
 from pydsz.budget.rule import Budget
 from pydsz.context import Run
 from pydsz.errors import InputError
@@ -209,7 +209,7 @@ class Divergence(metrics.Metric):
     def losses(self, outputs, reference, y):
         total = 0.0
         for key, out in self.select(outputs).items():
-            p, q = (metrics._probabilities(np.asarray(a, np.float64).reshape(len(a), -1), key in self.probabilities)
+            p, q = (probabilities.as_probabilities(np.asarray(a, np.float64).reshape(len(a), -1), key in self.probabilities)
                     for a in (reference[key], out))
             total = total + np.sum(p * (np.log(p + 1e-12) - np.log(q + 1e-12)), axis=1)
         return np.asarray(total, np.float64)

@@ -1,0 +1,83 @@
+"""calibrated-top1: the top-1 loss to expect, the original model's class probabilities calibrated on the
+labels; what a top1 budget's decisions measure in (`deciding`), the labels then checking the file.
+
+A sample whose correctness changes is a coin toss between lost and gained, so top-1's noise on few labels
+is McNemar's: on 400 labels a file that changes 16 samples' correctness has a noise of 4 samples, the whole
+of a 1-point budget, and decisions that keep that much in hand give a quarter of the ratio deciding on
+9,600 labels gives (bench/zoo.py's classifiers), within the budget on test all the same. Counted by its
+calibrated probabilities, a change costs q(a) - q(b) of a correct answer, and the noise is how far those
+costs spread over the samples, not the labels' coin tosses.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import numpy as np
+
+from pydsz.budget import metrics, probabilities
+
+
+def deciding(metric: metrics.Metric) -> metrics.Metric:
+    """The metric the decisions on a budget in `metric` measure in, given labels: calibrated-top1 for top1,
+    otherwise `metric` itself."""
+    return CalibratedTop1(metric.output) if type(metric) is metrics.Top1 else metric
+
+
+class CalibratedTop1(metrics.Metric):
+    """The top-1 loss to expect on samples like these: a sample whose prediction moves from class a to
+    class b loses q(a) - q(b) of a correct answer, q the original model's class probabilities calibrated
+    on the labels (their log divided by the one temperature that gives the labels the largest
+    likelihood). Its noise is the samples', as the output metrics': the labels are used once, for the
+    temperature. Fitted to a data set's original outputs (`fitted`, as an Evaluator does), every loss counts
+    from their probabilities at that temperature, whatever reference it is given: the interpreter's, the
+    same in every process to the last bit, where a path's own baseline (numpy's tail, a cut) may differ in
+    its last digits from process to process."""
+
+    name, unit, needs_labels, classifier = "calibrated-top1", "calibrated top-1 accuracy (0.003 = 0.3 points)", True, True
+    default_max_loss = 0.003
+
+    def __init__(self, output: Optional[str] = None, temperature: Optional[float] = None):
+        super().__init__(output)
+        self.t = temperature  # None: fitted on each reference and its labels
+        self.reference = None  # the outputs fitted to, which every loss then counts from
+        self._calibrated: list = []  # (reference scores, y, calibrated probabilities): the last few, by identity
+
+    def fitted(self, reference, y) -> "CalibratedTop1":
+        told = copy.copy(self)
+        told.t = probabilities.temperature(self._log_probabilities(reference), y)
+        told.reference = reference
+        return told
+
+    def _log_probabilities(self, reference) -> np.ndarray:
+        (key, ref), = self.select(reference).items()
+        scores = np.asarray(ref, np.float64).reshape(len(ref), -1)
+        return np.log(np.maximum(probabilities.as_probabilities(scores, key in self.probabilities), 1e-300))
+
+    def calibrated(self, reference, y) -> np.ndarray:
+        """The original model's class probabilities on `reference`, calibrated (at the fitted temperature,
+        or one fitted now on `y`); once per reference: the evaluations of one data set share them."""
+        reference = self.reference if self.reference is not None else reference
+        (ref,) = self.select(reference).values()
+        for known, labels, q in self._calibrated:
+            if known is ref and labels is y:
+                return q
+        log_p = self._log_probabilities(reference)
+        q = probabilities.calibrated(log_p, self.t if self.t is not None else probabilities.temperature(log_p, y))
+        self._calibrated = [(ref, y, q), *self._calibrated[:3]]
+        return q
+
+    def losses(self, outputs, reference, y):
+        q = self.calibrated(reference, y)
+        chosen = np.argmax(metrics._scores(outputs, self), axis=1)
+        return 1.0 - q[np.arange(len(chosen)), chosen]
+
+    def allowed_mean(self, max_loss: float) -> float:
+        return metrics._share(self, max_loss)
+
+    def value(self, mean_loss):
+        return 1.0 - mean_loss
+
+    def __getstate__(self):  # the data's outputs stay behind (an Evaluator built elsewhere fits its own)
+        return {**self.__dict__, "_calibrated": [], "reference": None}
