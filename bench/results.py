@@ -824,6 +824,8 @@ def section_auto_draws(ad: dict) -> list:
     out += ["With 500 labels a 1-point budget lets 3 samples change, where the search's one-epoch trials change tens",
             "(McNemar's noise, the square root of their count: 4-11 samples on mlp-d's): they pass or fail on that",
             "noise, so the draw alone moves the ratio several times over.", ""]
+    if ad.get("note"):
+        out += [ad["note"] + ".", ""]
     splits = [s for s in ("test10k", "like-val") if any(s in r["test_loss"] for r in ad["rows"])]
     methods = list(dict.fromkeys(r["method"] for r in ad["rows"]))
     rows = []
@@ -931,6 +933,61 @@ def section_zoo(zoo: dict) -> list:
     out += table(["model", "budget", "file B", ".dsz B", "ratio", "vs zstd -19", "vs int-b", "vs best", "lossless",
                   "test drift", "batch", "peak / bound MiB", "s"]
                  + (["informed .dsz B, test drift", "efficiency"] if informed else []), rows)
+    return out
+
+
+def section_zoo_classifiers(zc: dict) -> list:
+    """bench/zoo.py --models classifiers: the command on builders/zoo_classifiers.py's Keras classifiers, beside
+    the same command before its top1 decisions measured in calibrated-top1 (each row's `before`)."""
+    out = ["## The zoo's classifiers: top-1 budgets on the labels a user holds", ""]
+    out += source("nice -n 10 python3 bench/zoo.py --models classifiers --budgets 0.005,0.01 --oracle all "
+                  "--json bench/results/zoo_classifiers.json",
+                  "`bench/results/zoo_classifiers.json`, `bench/results/zoo_classifiers.png`", machine(zc["machine"]))
+    runs = [r for r in zc["runs"] if "failed" not in r]
+    out += ["`dsz compress MODEL --data decision.npz --max-loss B --layers all` (top-1, the default with labels) on",
+            "Fashion-MNIST classifiers Keras trained on 2,000 to 50,000 images (bench/builders/zoo_classifiers.py:",
+            "two MLPs, a CNN, a depthwise-separable CNN with batch norm), deciding on 400-1,000 labels, judged by",
+            "top-1 on the 10,000 test images (test loss in points, from the model as given). Informed: the same",
+            "command on the oracle split, the 9,000-9,600 training images no model saw (like the decision labels,",
+            "disjoint from test); efficiency: the defaults' ratio over the informed one's. Before: the same command",
+            f"at {zc.get('before_commit', '?')}, when a top1 budget's bounds were chosen in top-1 itself (McNemar's",
+            "noise on the labels, with its 1-sd margin); since, they are chosen in calibrated-top1 (the original",
+            "model's probabilities calibrated on the labels by one temperature; the samples' noise) and the file's",
+            "top-1 on the labels is checked within the budget as measured.", ""]
+    held = [r for r in runs if r["held"]]
+    before = [r["before"] for r in runs if "before" in r]
+    informed = [r for r in runs if "dsz_bytes" in r.get("oracle", {})]
+    eff = sorted(r["efficiency"] for r in informed)
+    gains = sorted(r["before"]["dsz_bytes"] / r["dsz_bytes"] for r in runs if "before" in r)
+    says = (f"What it says: the budget held on test in {len(held)} of {len(runs)} rows (before: "
+            f"{sum(b['held'] for b in before)} of {len(before)}, up to {max(b['test_loss'] / r['budget'] for r, b in ((r, r['before']) for r in runs if 'before' in r)):.2f}x "
+            f"the budget); the file against before's {gains[0]:.2f}-{gains[-1]:.2f}x smaller (median "
+            f"{gains[len(gains) // 2]:.2f}x)")
+    if eff:
+        says += (f"; decision efficiency against the informed command median {eff[len(eff) // 2]:.2f} "
+                 f"({eff[0]:.2f}-{eff[-1]:.2f}), the informed rows within the budget on test in "
+                 f"{sum(r['oracle']['held'] for r in informed)} of {len(informed)}")
+    out += [says + ".", ""]
+    if zc.get("note"):
+        out += [zc["note"], ""]
+
+    def loss(value: float, budget: float) -> str:
+        return f"{100 * value:+.2f}" + ("" if value <= budget else " (over)")
+
+    rows = []
+    for r in zc["runs"]:
+        if "failed" in r:
+            rows.append([r["model"], pct(r["budget"]), "failed"] + [""] * 9)
+            continue
+        b, o = r.get("before", {}), r.get("oracle", {})
+        rows.append([r["model"], pct(r["budget"]), f"{r['model_bytes']:,}", f"{r['dsz_bytes']:,}",
+                     f"{r['file_ratio']:.1f}x", f"{r['vs_best']:.2f}x", loss(r["test_loss"], r["budget"]),
+                     f"{r['seconds']:.0f}",
+                     f"{b['dsz_bytes']:,}, {loss(b['test_loss'], r['budget'])}" if b else "",
+                     f"{o['dsz_bytes']:,}, {loss(o['test_loss'], r['budget'])}" if "dsz_bytes" in o else "",
+                     f"{r['efficiency']:.2f}" if r.get("efficiency") else ""])
+    out += table(["model", "budget", "file B", ".dsz B", "ratio", "vs best", "test loss (points)", "s",
+                  "before: .dsz B, test loss", "informed: .dsz B, test loss", "efficiency"], rows)
     return out
 
 
@@ -1166,6 +1223,7 @@ def render(root: Path = RESULTS) -> str:
              "--margin=1' --json bench/results/zoo_nocompensate.json (before c7064d3: --flags=--no-compensate)",
              "zoo_nocompensate.json", j("zoo_nocompensate.json"))]),
         *([section_zoo_input(j("zoo_input.json"), j("zoo.json"))] if (root / "zoo_input.json").exists() else []),
+        *([section_zoo_classifiers(j("zoo_classifiers.json"))] if (root / "zoo_classifiers.json").exists() else []),
         *([section_container_lzma(j("container_lzma.json"))] if (root / "container_lzma.json").exists() else []),
         section_updates(j("updates.json")),
         section_fuzz(load("campaigns.json", ROOT / "libdsz" / "fuzz")),
