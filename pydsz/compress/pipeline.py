@@ -246,12 +246,12 @@ def compress(
         max_size = int(sum(l.nbytes for l in chosen) / target_ratio)
 
     def choose(table: dict) -> Optional[dict]:
-        found = _plan(table, n, allowed, max_size, margin, metric)
+        found = _plan(table, n, allowed, max_size, margin, deciding)
         return {name: option.bound for name, option in found.choice.items()} if found else None
 
     assessment = plan.assess(evaluator, names, allowed, progress=run.progress, executor=executor, choose=choose)
     table = assessment.table
-    chosen_plan = _plan(table, n, allowed, max_size, margin, metric)
+    chosen_plan = _plan(table, n, allowed, max_size, margin, deciding)
     # nothing fits (a target ratio beyond the grid): every layer lossless
     bounds = {name: chosen_plan.choice[name].bound if chosen_plan else 0.0 for name in names}
     unreached = unreached_layers(evaluator, table)
