@@ -961,7 +961,7 @@ def section_zoo_classifiers(zc: dict) -> list:
     gains = sorted(r["before"]["dsz_bytes"] / r["dsz_bytes"] for r in runs if "before" in r)
     says = (f"What it says: the budget held on test in {len(held)} of {len(runs)} rows (before: "
             f"{sum(b['held'] for b in before)} of {len(before)}, up to {max(b['test_loss'] / r['budget'] for r, b in ((r, r['before']) for r in runs if 'before' in r)):.2f}x "
-            f"the budget); the file against before's {gains[0]:.2f}-{gains[-1]:.2f}x smaller (median "
+            f"the budget); before's file over this one's {gains[0]:.2f}-{gains[-1]:.2f}x (median "
             f"{gains[len(gains) // 2]:.2f}x)")
     if eff:
         says += (f"; decision efficiency against the informed command median {eff[len(eff) // 2]:.2f} "
