@@ -31,23 +31,23 @@ class CalibratedTop1(metrics.Metric):
     on the labels (their log divided by the one temperature that gives the labels the largest
     likelihood). Its noise is the samples', as the output metrics': the labels are used once, for the
     temperature. Fitted to a data set's original outputs (`fitted`, as an Evaluator does), every loss counts
-    from their probabilities at that temperature, whatever reference it is given: the interpreter's, the
-    same in every process to the last bit, where a path's own baseline (numpy's tail, a cut) may differ in
-    its last digits from process to process."""
+    from their calibrated probabilities (`q`), whatever reference it is given: the interpreter's, the same
+    in every process to the last bit, where a path's own baseline (numpy's tail, a cut) may differ in its
+    last digits from process to process."""
 
     name, unit, needs_labels, classifier = "calibrated-top1", "calibrated top-1 accuracy (0.003 = 0.3 points)", True, True
     default_max_loss = 0.003
 
-    def __init__(self, output: Optional[str] = None, temperature: Optional[float] = None):
+    def __init__(self, output: Optional[str] = None):
         super().__init__(output)
-        self.t = temperature  # None: fitted on each reference and its labels
-        self.reference = None  # the outputs fitted to, which every loss then counts from
-        self._calibrated: list = []  # (reference scores, y, calibrated probabilities): the last few, by identity
+        self.t: Optional[float] = None  # the fitted temperature
+        self.q: Optional[np.ndarray] = None  # the fitted data's calibrated probabilities [n, classes]
 
     def fitted(self, reference, y) -> "CalibratedTop1":
         told = copy.copy(self)
-        told.t = probabilities.temperature(self._log_probabilities(reference), y)
-        told.reference = reference
+        log_p = self._log_probabilities(reference)
+        told.t = probabilities.temperature(log_p, y)
+        told.q = probabilities.softmax(log_p / told.t)
         return told
 
     def _log_probabilities(self, reference) -> np.ndarray:
@@ -56,17 +56,9 @@ class CalibratedTop1(metrics.Metric):
         return np.log(np.maximum(probabilities.as_probabilities(scores, key in self.probabilities), 1e-300))
 
     def calibrated(self, reference, y) -> np.ndarray:
-        """The original model's class probabilities on `reference`, calibrated (at the fitted temperature,
-        or one fitted now on `y`); once per reference: the evaluations of one data set share them."""
-        reference = self.reference if self.reference is not None else reference
-        (ref,) = self.select(reference).values()
-        for known, labels, q in self._calibrated:
-            if known is ref and labels is y:
-                return q
-        log_p = self._log_probabilities(reference)
-        q = probabilities.calibrated(log_p, self.t if self.t is not None else probabilities.temperature(log_p, y))
-        self._calibrated = [(ref, y, q), *self._calibrated[:3]]
-        return q
+        """The original model's calibrated class probabilities: the fitted data's, else `reference`'s
+        calibrated on `y` now."""
+        return self.q if self.q is not None else self.fitted(reference, y).q
 
     def losses(self, outputs, reference, y):
         q = self.calibrated(reference, y)
@@ -78,6 +70,3 @@ class CalibratedTop1(metrics.Metric):
 
     def value(self, mean_loss):
         return 1.0 - mean_loss
-
-    def __getstate__(self):  # the data's outputs stay behind (an Evaluator built elsewhere fits its own)
-        return {**self.__dict__, "_calibrated": [], "reference": None}

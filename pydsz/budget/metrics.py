@@ -191,6 +191,7 @@ class Top1(_Discrete):
     def value(self, mean_loss):
         return 1.0 - mean_loss
 
+
 class TopK(_Discrete):
     unit, needs_labels = "top-k accuracy (0.003 = 0.3 points)", True
 

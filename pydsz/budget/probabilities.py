@@ -42,7 +42,12 @@ def as_probabilities(scores: np.ndarray, known: bool = False) -> np.ndarray:
     sums = scores.sum(axis=1, keepdims=True)
     if known or (scores.min() >= 0 and np.allclose(sums, 1, atol=PROBABILITY_SUM)):
         return np.where(sums > 0, scores / np.where(sums > 0, sums, 1.0), 1.0 / scores.shape[1])
-    e = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return softmax(scores)
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    """Row by row; softmax(log_p / t) is probabilities at temperature t."""
+    e = np.exp(z - z.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
 
@@ -71,10 +76,3 @@ def temperature(log_p: np.ndarray, y) -> float:
             b = lo + golden * (hi - lo)
             fb = nll(b)
     return math.exp((lo + hi) / 2)
-
-
-def calibrated(log_p: np.ndarray, t: float) -> np.ndarray:
-    """softmax(log_p / t), row by row."""
-    z = log_p / t
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)

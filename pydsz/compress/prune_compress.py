@@ -96,6 +96,8 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
     if not retrain:  # what one-shot pruning holds, each share alike: the unpruned model's layers
         first = calibration[0] if isinstance(calibration, (list, tuple)) else calibration
         pruning_memory = oneshot.footprint(model, judge.probe, len(first), KINDS[layers], auto=True)
+    # what pruning's loss is measured in: the budget's metric and the one compress decides in (one where the same)
+    judges = list(dict.fromkeys([metric, calibrated.deciding(metric).fitted(judge.outputs, judge.y)]))
     for share in shares:
         share_budget = replace(budget, max_loss=share * max_loss)
         if retrain:
@@ -107,7 +109,6 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
         # a gain by pruning is noise the bounds should not spend; nor is a loss the labels see smaller than the
         # metric the bounds are chosen in (calibrated-top1 for top1) expects: compress checks the file's labels
         # against what is left as measured, so a lucky draw of the labels would hand the bounds more than is there
-        judges = list(dict.fromkeys([metric, calibrated.deciding(metric)]))  # one where they are the same
         losses = [m.loss for m in judge.measure_model_in(pruned.tflite, judges)]
         spent = max(0.0, *losses) / n
         result = compress(pruned.tflite, x, y, replace(budget, spent=spent),
