@@ -378,6 +378,18 @@ def test_too_few_samples_for_the_budget_is_said_not_hidden(val_all):
     assert any("about 3334 samples would resolve" in w for w in result.warnings)
 
 
+def test_a_budget_of_one_labelled_sample_is_decided_on_probabilities_and_checked_on_labels(val_all):
+    # 200 labels at 0.5 points let one sample change: top1's margin counts it as two, so deciding in top1
+    # could only keep the model as it is; calibrated-top1 decides on all 200 and the labels check the file
+    data = bundled("lenet300.tflite").read_bytes()
+    x, y = val_all[0][:200], val_all[1][:200]
+    result = pipeline.compress(data, x, y, 0.005)
+    assert result.ratio > 4 and result.loss <= 0.005
+    assert any("labelled samples change" in w and "calibrated-top1" in w for w in result.warnings)
+    with pytest.raises(InputError, match="nothing but the model as it is could pass the check on the labels"):
+        pipeline.compress(data, x[:150], y[:150], 0.005)
+
+
 @pytest.mark.slow
 def test_a_user_metric_from_python(multitask, multitask_data):
     x, _ = multitask_data

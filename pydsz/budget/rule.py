@@ -133,6 +133,29 @@ class Budget:
                     f"use at least {metrics.MIN_SAMPLES}"]
         return []
 
+    def checked_warnings(self, n: int, decisions: "Budget") -> list[str]:
+        """`warnings` for a budget whose decisions measure in another metric (decisions: calibrated-top1
+        for top1, on every sample's probabilities) and whose file is then checked on n labels in this
+        budget's metric as measured, without a margin: the labels need only resolve one changed sample.
+        InputError where they allow none; a warning where the check rests on a handful of samples."""
+        warnings = decisions.warnings(n)
+        if not self.noisy(n):
+            return warnings
+        budget = self.metric.allowed_mean(self.max_loss)
+        resolved = math.floor(budget * n + 1e-6)
+        needed = math.ceil(metrics.FEW_SAMPLES * (1 + self.margin) / budget)
+        name = self.option.lstrip("-")
+        if resolved < 1:
+            raise InputError(
+                f"{n} samples are too few to resolve {name} {self.max_loss:g} in {self.metric.name}: one changed "
+                f"sample is {1 / n:.2g}, more than the budget, so nothing but the model as it is could pass the "
+                f"check on the labels; use at least {math.ceil(1 / budget)} samples (or a larger {self.option})")
+        return warnings + [
+            f"{name} {self.max_loss:g} lets only {resolved} of {n} labelled samples change ({self.metric.name}): "
+            f"the bounds are chosen in {decisions.metric.name} on all {n}, but the file's check on the labels "
+            f"rests on {resolved} samples, so its loss on unseen data varies by about as much; about {needed} "
+            "samples would resolve the budget"]
+
     def noise_error(self, change: str, n: int, noise: float) -> InputError:
         """The data cannot tell `change` (the smallest step a search takes) from noise: its noise alone,
         with the margin, exceeds what is allowed. The noise of a sum grows with sqrt(n), the budget

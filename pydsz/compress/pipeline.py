@@ -225,7 +225,8 @@ def compress(
         if compensation.on(len(x[0])) else (None, []))
     evaluator = Evaluator(data, x, y, names, deciding, run=run, compensator=compensator)
     n = evaluator.samples
-    warnings = budget.warnings(n) + compensation_warnings + evaluator.notes
+    checks = budget.warnings(n) if deciding is metric else budget.checked_warnings(n, decisions)
+    warnings = checks + compensation_warnings + evaluator.notes
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)
     allowed = decisions.allowed(n)
