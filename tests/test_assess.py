@@ -43,7 +43,7 @@ def test_conv_layers_fall_back_to_the_interpreter_fc_layers_keep_the_tail(val):
     names = [l.name for l in compressible_layers(model, "all")]
     assert names == ["conv1", "conv2", "fc1", "fc2"]
     evaluator = Evaluator(data, *val, names)
-    assert evaluator._on_tail({"fc1": None}) and not evaluator._on_tail({"conv2": None, "fc1": None})
+    assert evaluator.path({"fc1": None}) == "tail" and evaluator.path({"conv2": None, "fc1": None}) != "tail"
     conv = encode_weight(model.weight("conv2"), 0.05)[0]
     slow = Evaluator(data, *val, names, paths=("cut",))
     assert evaluator.measure({"conv2": conv}) == slow.measure({"conv2": conv})

@@ -108,6 +108,35 @@ def test_calibrated_top1_fits_the_temperature_the_labels_were_drawn_at_and_is_to
     assert calibrated.deciding(metrics.get("agreement")).name == "agreement"
 
 
+def test_a_change_between_two_models_is_judged_by_what_both_know_not_by_one_of_them():
+    """Two models of the same classes that see the truth through noise of their own, labels drawn from the
+    truth: judged by one model's calibrated probabilities, every prediction the other makes differently is
+    a loss (tens of samples where two equally good models lose nothing in expectation); by the mixture of
+    both that the labels favour (calibrated.change), the loss is the truth's within the labels' own noise,
+    and where the second model is worse it still counts the loss. Identical models change nothing."""
+    n, classes = 500, 10
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        truth_logits = rng.normal(scale=2.0, size=(n, classes))
+        p = np.exp(truth_logits) / np.exp(truth_logits).sum(1, keepdims=True)
+        y = (rng.random((n, 1)) > p.cumsum(1)).sum(1)
+        rows = np.arange(n)
+        first = 2.0 * (truth_logits + rng.normal(size=p.shape))  # overconfident, as trained models are
+        for noise_scale in (1.0, 2.0):  # as good as the first, and worse
+            second = 2.0 * (truth_logits + rng.normal(scale=noise_scale, size=p.shape))
+            a, b = first.argmax(1), second.argmax(1)
+            truth = np.sum(p[rows, a] - p[rows, b])  # the correct answers lost, in expectation over labels
+            labels_noise = math.sqrt(np.sum(a != b))  # McNemar's: the labels' count spreads by this much
+            q = calibrated.calibrate(first, y)
+            by_first = np.sum(q[rows, a] - q[rows, b])
+            loss = calibrated.change(first, second, y)
+            if noise_scale == 1.0:
+                assert abs(loss - truth) <= 0.6 * labels_noise < by_first - truth, (seed, truth, loss, by_first)
+            else:
+                assert truth - 0.6 * labels_noise <= loss <= by_first, (seed, truth, loss, by_first)
+    assert calibrated.change(first, first, y) == 0.0
+
+
 @pytest.fixture(scope="module")
 def few_labels(val_all):
     return val_all[0][:400], val_all[1][:400]

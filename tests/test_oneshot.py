@@ -260,6 +260,27 @@ def test_oneshot_auto_prunes_within_the_budget_on_the_ladder(lenet300, calibrati
     assert result.top1_before - result.top1_after <= 0.01 + 1e-9
 
 
+def test_oneshot_auto_decides_a_top1_budget_in_calibrated_top1_and_checks_it_on_the_labels(lenet300, calibration,
+                                                                                          monkeypatch):
+    """On 500 labels a 1-point budget lets 5 samples change, the noise of a plan's flips as large: its trials
+    decided in calibrated-top1 (the samples' noise) choose a plan predicted smaller than deciding in top1
+    does (63 KB against 79 KB), and the labels still see it within the budget."""
+    from pydsz.budget import calibrated
+
+    x, y = load_npz(DATA / "fmnist_val.npz")
+    val = (x[:500], y[:500])
+    result = oneshot.prune_model(lenet300, calibration, val, "auto", auto_budget=0.01)
+    assert result.top1_before - result.top1_after <= 0.01 + 1e-9
+    assert any("made in calibrated-top1" in note for note in result.notes)
+    monkeypatch.setattr(calibrated, "deciding", lambda metric: metric)
+    in_top1 = oneshot.prune_model(lenet300, calibration, val, "auto", auto_budget=0.01)
+
+    def predicted(r):
+        return int(re.search(r"predicted (\d+) bytes", next(n for n in r.notes if n.startswith("auto chose"))).group(1))
+
+    assert predicted(result) < 0.9 * predicted(in_top1), (result.notes, in_top1.notes)
+
+
 def test_oneshot_prunes_without_labels(lenet300, calibration):
     result = oneshot.prune_model(lenet300, calibration, (calibration, None), 0.5)
     assert result.pruned == ["fc1", "fc2", "fc3"]

@@ -228,7 +228,7 @@ class Evaluator:
         """{layer: (stream, dense codec's, shape)} decoded as measure takes them together: where the
         numpy tail multiplies a layer by its non-zeros, straight into CSR, never as a dense matrix
         (VGG-16's fc1 would be 392 MiB, beside the model); otherwise the decoded array."""
-        sparse = self.tail.sparse if self._on_tail(streams) and self._gpu is None else ()
+        sparse = self.tail.sparse if self.path(streams) == "tail" and self._gpu is None else ()
         out = {}
         for name, (stream, dense, shape) in streams.items():
             if dense is DELTA:  # the values held plus the difference, by the device's own decoder
@@ -269,9 +269,6 @@ class Evaluator:
     def fast(self) -> bool:
         """Whether some layers are evaluated by the numpy tail."""
         return self.tail is not None
-
-    def _on_tail(self, weights: Mapping[str, np.ndarray]) -> bool:
-        return self.tail is not None and set(weights) <= set(self.tail.layers)
 
     def cut_of(self, name: str) -> Optional[int]:
         """The op of the main graph a candidate of layer `name` is evaluated from: its own, or the
@@ -385,12 +382,16 @@ class Evaluator:
         both through the interpreter: what a user would measure."""
         return self.measure_model_in(tflite_bytes, [self.metric])[0]
 
-    def measure_model_in(self, tflite_bytes: bytes, judges: Sequence[metrics.Metric]) -> list[Measure]:
-        """measure_model's loss in each metric of `judges` (this evaluator's, or others on the same
-        samples and labels), from one run of the model."""
-        out = runtime.outputs(tflite_bytes, self.x, self.keys, batch_size=self.batch, num_threads=self.num_threads)
+    def measure_model_in(self, model, judges: Sequence[metrics.Metric]) -> list[Measure]:
+        """measure_model's loss in each metric of `judges` (this evaluator's, or others on the same samples
+        and labels), from one run of the model: its .tflite bytes, or the outputs_of them a caller holds."""
+        out = model if isinstance(model, dict) else self.outputs_of(model)
         return [self._measure(m.losses(out, self.outputs, self.y), m.losses(self.outputs, self.outputs, self.y), m)
                 for m in (judge.knowing(self.model) for judge in judges)]
+
+    def outputs_of(self, tflite_bytes: bytes) -> dict:
+        """Another model of the same graph's outputs on these samples, through the interpreter."""
+        return runtime.outputs(tflite_bytes, self.x, self.keys, batch_size=self.batch, num_threads=self.num_threads)
 
     def _measure(self, losses: np.ndarray, base: np.ndarray, metric: Optional[metrics.Metric] = None) -> Measure:
         d, metric = losses - base, metric or self.metric

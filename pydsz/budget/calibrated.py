@@ -18,6 +18,9 @@ import numpy as np
 
 from pydsz.budget import metrics, probabilities
 
+# the weights of the first model in `change`'s mixture that are tried
+MIXTURES = np.linspace(0.0, 1.0, 101)
+
 
 def deciding(metric: metrics.Metric) -> metrics.Metric:
     """The metric the decisions on a budget in `metric` measure in, given labels: calibrated-top1 for top1,
@@ -50,6 +53,11 @@ class CalibratedTop1(metrics.Metric):
         told.q = probabilities.softmax(log_p / told.t)
         return told
 
+    def pooled_change(self, reference, outputs, y) -> float:
+        """`change` from the original's outputs (`reference`) to another model's of the same classes on the
+        same samples: for a model retrained on the labels, which learned there what the original did not know."""
+        return change(self._log_probabilities(reference), self._log_probabilities(outputs), y)
+
     def _log_probabilities(self, reference) -> np.ndarray:
         (key, ref), = self.select(reference).items()
         scores = np.asarray(ref, np.float64).reshape(len(ref), -1)
@@ -70,3 +78,31 @@ class CalibratedTop1(metrics.Metric):
 
     def value(self, mean_loss):
         return 1.0 - mean_loss
+
+
+def calibrate(log_p: np.ndarray, y) -> np.ndarray:
+    """Class probabilities from log-probabilities (or logits) [n, classes], calibrated on labels `y` by
+    the one temperature that gives them the largest likelihood."""
+    return probabilities.softmax(log_p / probabilities.temperature(log_p, y))
+
+
+def change(before: np.ndarray, after: np.ndarray, y) -> float:
+    """The correct answers a model whose log-probabilities (or logits) on some samples were `before` loses
+    when they become `after`, summed, judged by what the two models know together: a sample whose class
+    moves from a to b loses q(a) - q(b), q the mixture of the two models' calibrated probabilities that
+    gives the labels `y` the largest likelihood.
+
+    By one model's probabilities alone every prediction the other makes differently is a loss. That holds
+    for a copy of the model (compressed, pruned one-shot), not for one retrained on the labels: on mlp-d's
+    plans retrained, 8 draws of 500 labels each, the original's probabilities alone counted 0.3-1.2 points
+    where 10,000 unseen images lost none (-0.1 to -0.3 points), the mixture -0.3 to +0.4, about the labels'
+    own mean at half their spread."""
+    rows, labels = np.arange(len(y)), np.asarray(y)
+    q, other = calibrate(before, y), calibrate(after, y)
+    w = MIXTURES[:, None]
+    # the likelihood is concave in the weight: a fine grid is as good as a search
+    likelihood = np.log(np.maximum(w * q[rows, labels] + (1 - w) * other[rows, labels], 1e-300)).sum(axis=1)
+    best = float(MIXTURES[int(np.argmax(likelihood))])
+    truth = best * q + (1 - best) * other
+    a, b = np.argmax(before, axis=1), np.argmax(after, axis=1)
+    return float(np.sum(truth[rows, a] - truth[rows, b]))

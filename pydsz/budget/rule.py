@@ -152,8 +152,8 @@ class Budget:
                 f"check on the labels; use at least {math.ceil(1 / budget)} samples (or a larger {self.option})")
         return warnings + [
             f"{name} {self.max_loss:g} lets only {resolved} of {n} labelled samples change ({self.metric.name}): "
-            f"the bounds are chosen in {decisions.metric.name} on all {n} samples, then the file is checked on "
-            f"the labels, which resolve no more than {resolved} changed; about {needed} samples would resolve "
+            f"the decisions are made in {decisions.metric.name} on all {n} samples, then checked on the labels, "
+            f"which resolve no more than {resolved} changed; about {needed} samples would resolve "
             "the budget"]
 
     def noise_error(self, change: str, n: int, noise: float) -> InputError:
