@@ -129,12 +129,12 @@ def test_a_change_between_two_models_is_judged_by_what_both_know_not_by_one_of_t
             labels_noise = math.sqrt(np.sum(a != b))  # McNemar's: the labels' count spreads by this much
             q = calibrated.calibrate(first, y)
             by_first = np.sum(q[rows, a] - q[rows, b])
-            loss = calibrated.change(first, second, y)
+            loss = calibrated.change(q, second, y)
             if noise_scale == 1.0:
                 assert abs(loss - truth) <= 0.6 * labels_noise < by_first - truth, (seed, truth, loss, by_first)
             else:
                 assert truth - 0.6 * labels_noise <= loss <= by_first, (seed, truth, loss, by_first)
-    assert calibrated.change(first, first, y) == 0.0
+    assert calibrated.change(q, first, y) == 0.0
 
 
 @pytest.fixture(scope="module")

@@ -53,10 +53,11 @@ class CalibratedTop1(metrics.Metric):
         told.q = probabilities.softmax(log_p / told.t)
         return told
 
-    def pooled_change(self, reference, outputs, y) -> float:
-        """`change` from the original's outputs (`reference`) to another model's of the same classes on the
-        same samples: for a model retrained on the labels, which learned there what the original did not know."""
-        return change(self._log_probabilities(reference), self._log_probabilities(outputs), y)
+    def pooled_change(self, outputs, y) -> float:
+        """`change` from the original (its fitted probabilities) to another model's `outputs` of the same
+        classes on the fitted samples: for a model retrained on the labels, which learned there what the
+        original did not know."""
+        return change(self.q, self._log_probabilities(outputs), y)
 
     def _log_probabilities(self, reference) -> np.ndarray:
         (key, ref), = self.select(reference).items()
@@ -86,11 +87,11 @@ def calibrate(log_p: np.ndarray, y) -> np.ndarray:
     return probabilities.softmax(log_p / probabilities.temperature(log_p, y))
 
 
-def change(before: np.ndarray, after: np.ndarray, y) -> float:
-    """The correct answers a model whose log-probabilities (or logits) on some samples were `before` loses
-    when they become `after`, summed, judged by what the two models know together: a sample whose class
-    moves from a to b loses q(a) - q(b), q the mixture of the two models' calibrated probabilities that
-    gives the labels `y` the largest likelihood.
+def change(q: np.ndarray, after: np.ndarray, y) -> float:
+    """The correct answers a model whose calibrated probabilities on some samples are `q` (`calibrate`)
+    loses where another's log-probabilities (or logits) are `after`, summed, judged by what the two models
+    know together: a sample whose class moves from a to b loses p(a) - p(b), p the mixture of the two
+    models' calibrated probabilities that gives the labels `y` the largest likelihood.
 
     By one model's probabilities alone every prediction the other makes differently is a loss. That holds
     for a copy of the model (compressed, pruned one-shot), not for one retrained on the labels: on mlp-d's
@@ -98,11 +99,11 @@ def change(before: np.ndarray, after: np.ndarray, y) -> float:
     counted 0.1-1.2 points where 10,000 unseen images lost none (-0.1 to -0.3 points), the mixture -0.3 to
     +0.5, about the labels' own mean at 60% of their spread."""
     rows, labels = np.arange(len(y)), np.asarray(y)
-    q, other = calibrate(before, y), calibrate(after, y)
+    other = calibrate(after, y)
     w = MIXTURES[:, None]
     # the likelihood is concave in the weight: a fine grid is as good as a search
     likelihood = np.log(np.maximum(w * q[rows, labels] + (1 - w) * other[rows, labels], 1e-300)).sum(axis=1)
     best = float(MIXTURES[int(np.argmax(likelihood))])
     truth = best * q + (1 - best) * other
-    a, b = np.argmax(before, axis=1), np.argmax(after, axis=1)
+    a, b = np.argmax(q, axis=1), np.argmax(after, axis=1)
     return float(np.sum(truth[rows, a] - truth[rows, b]))

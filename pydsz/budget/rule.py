@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Callable, Optional, Union
 
-from pydsz.budget import metrics
+from pydsz.budget import calibrated, metrics
 from pydsz.errors import InputError
 
 
@@ -133,11 +133,21 @@ class Budget:
                     f"use at least {metrics.MIN_SAMPLES}"]
         return []
 
+    def decisions(self, labelled: bool) -> "Budget":
+        """The budget the decisions measure in: with labels, a top1 budget's in calibrated-top1
+        (calibrated.deciding), whose noise is the samples' where top1's is the labels' coin tosses, the
+        result then checked on the labels in this budget's metric as measured; otherwise this one."""
+        deciding = calibrated.deciding(self.metric) if labelled else self.metric
+        return self if deciding is self.metric else replace(self, metric=deciding)
+
     def checked_warnings(self, n: int, decisions: "Budget") -> list[str]:
-        """`warnings` for a budget whose decisions measure in another metric (decisions: calibrated-top1
-        for top1, on every sample's probabilities) and whose file is then checked on n labels in this
-        budget's metric as measured, without a margin: the labels need only resolve one changed sample.
-        InputError where they allow none; a warning where the check rests on a handful of samples."""
+        """`warnings` for decisions made in `decisions` (self.decisions): this budget's own where they are
+        this budget; for decisions in another metric (calibrated-top1 for top1, on every sample's
+        probabilities) whose result is then checked on n labels in this budget's metric as measured,
+        without a margin, the labels need only resolve one changed sample. InputError where they allow
+        none; a warning where the check rests on a handful of samples."""
+        if decisions is self:
+            return self.warnings(n)
         warnings = decisions.warnings(n)
         if not self.noisy(n):
             return warnings

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
 import numpy as np
@@ -23,7 +23,7 @@ from pydsz.assess import plan
 from pydsz.assess.evaluator import Evaluator
 from pydsz.assess.executor import Local
 from pydsz.assess.ladder import Point
-from pydsz.budget import calibrated, metrics
+from pydsz.budget import metrics
 from pydsz.budget.knapsack import Option, Plan, loss_unit, minimize_loss, minimize_size
 from pydsz.budget.rule import Budget, risk
 from pydsz.compress.compensation import Compensation
@@ -97,7 +97,7 @@ class Result:
     # (what holds on data the compensation did not see; within the budget too; in `decided`'s metric where
     # there is one), else None
     held_out_loss: Optional[float] = None
-    # where the decisions measured in another metric than the budget's (calibrated.deciding: top1's in
+    # where the decisions measured in another metric than the budget's (Budget.decisions: top1's in
     # calibrated-top1): that metric, its measured loss of the file (mean) and what it allows, else None
     decided: Optional[dict] = None
 
@@ -213,8 +213,8 @@ def compress(
     metric, margin, spent = budget.metric, budget.margin, budget.spent
     # the decisions measure in `deciding`, its noise margin kept; the file's loss in the budget's metric, on
     # the labels, is then checked as measured (its noise is what the decisions' metric does without)
-    deciding = calibrated.deciding(metric) if y is not None else metric
-    decisions = budget if deciding is metric else replace(budget, metric=deciding)
+    decisions = budget.decisions(y is not None)
+    deciding = decisions.metric
     choice = Selection.of(layers)
     layers = choice.spec
     chosen = compressible_layers(model, layers, choice.min_bytes)
@@ -225,7 +225,7 @@ def compress(
         if compensation.on(len(x[0])) else (None, []))
     evaluator = Evaluator(data, x, y, names, deciding, run=run, compensator=compensator)
     n = evaluator.samples
-    checks = budget.warnings(n) if deciding is metric else budget.checked_warnings(n, decisions)
+    checks = budget.checked_warnings(n, decisions)
     warnings = checks + compensation_warnings + evaluator.notes
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
 from pydsz.assess.evaluator import Evaluator
-from pydsz.budget import calibrated, metrics
+from pydsz.budget import metrics
 from pydsz.budget.rule import Budget
 from pydsz.compress.compensation import Compensation
 from pydsz.compress.pipeline import Result, compress
@@ -96,7 +96,8 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
     if not retrain:  # what one-shot pruning holds, each share alike: the unpruned model's layers
         first = calibration[0] if isinstance(calibration, (list, tuple)) else calibration
         pruning_memory = oneshot.footprint(model, judge.probe, len(first), KINDS[layers], auto=True)
-    deciding = calibrated.deciding(metric).fitted(judge.outputs, judge.y)  # what compress decides in
+    # what compress decides in
+    deciding = budget.decisions(y is not None).metric.fitted(judge.outputs, judge.y).knowing(model)
     for share in shares:
         share_budget = replace(budget, max_loss=share * max_loss)
         if retrain:
@@ -114,7 +115,7 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
         out = judge.outputs_of(pruned.tflite)
         if retrain:
             losses = [judge.measure_model_in(out, [metric])[0].loss,
-                      deciding.knowing(model).pooled_change(judge.outputs, out, judge.y)]
+                      deciding.pooled_change(out, judge.y)]
         else:
             losses = [m.loss for m in judge.measure_model_in(out, list(dict.fromkeys([metric, deciding])))]
         spent = max(0.0, *losses) / n

@@ -7,12 +7,12 @@ pruned on the inputs the layers already pruned produce, in execution order.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from pydsz.budget import calibrated, metrics, probabilities
+from pydsz.budget import metrics, probabilities
 from pydsz.budget.rule import Budget
 from pydsz.context import Run
 from pydsz.errors import InputError
@@ -152,15 +152,15 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
         return {}, []
     check_memory(layers)
     quiet = Run(num_threads)  # the evaluators and trials run on the CPU, without bars of their own
-    # a top1 budget's trials are decided in calibrated-top1, as compress's bounds are (pydsz.budget.calibrated),
+    # a top1 budget's trials are decided in calibrated-top1, as compress's bounds are (Budget.decisions),
     # and checked on the labels as measured: a one-shot pruned model is a copy of the original that knows
     # nothing more, judged by its probabilities without the labels' coin tosses, whose noise as a margin
     # stopped mlp-d at 50-60% where 80/60% held within the budget on unseen images
-    deciding = calibrated.deciding(metric) if y_val is not None else metric
-    decisions = judged if deciding is metric else replace(judged, metric=deciding)
+    decisions = judged.decisions(y_val is not None)
+    deciding = decisions.metric
     judge = Evaluator(tflite_bytes, x_val, y_val, names, deciding, run=quiet)
     n = judge.samples
-    warnings = judged.warnings(n) if deciding is metric else judged.checked_warnings(n, decisions)
+    warnings = judged.checked_warnings(n, decisions)
     checked = judged.allowed(n)
     judged, allowed = decisions, decisions.allowed(n)
     # the curves rank by a smooth loss where the budget's moves by whole samples
