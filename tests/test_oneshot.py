@@ -312,6 +312,20 @@ def test_compress_compensates_by_default_cross_fitted_and_the_bound_holds_on_wha
     assert moved, "compensation moved no weight beyond the bound of its original value"
 
 
+@pytest.mark.slow
+def test_prune_auto_compensates_by_default_as_the_command_does(calibration):
+    """compress_pruned's defaults are `dsz compress --prune auto`'s: the bounds of the pruned model are chosen
+    on compensated weights, cross-fitted on the data (bench/auto_draws.py's one-shot rows: 21.6x where the
+    command, compensating, gives 26.3x on the same draw)."""
+    from pydsz.compress.prune_compress import Pruning, compress_pruned
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    result, split = compress_pruned(bundled("lenet300.tflite").read_bytes(), x[:1000], y[:1000], 0.01,
+                                    pruning=Pruning(calibration=calibration))
+    assert split.sparsity and result.compensated == ["fc1", "fc2", "fc3"]
+    assert split.pruning_loss + result.loss <= 0.01 + 1e-9
+
+
 def test_masked_retraining_holds_the_one_shot_masks_and_recovers_accuracy(lenet300, calibration):
     from pydsz.model.data import fashion_mnist
     from pydsz.prune.retraining import retrain_masked

@@ -63,12 +63,14 @@ class Pruning:
 
 
 def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, Budget] = None, *,
-                    layers: Union[str, Selection] = "fc", pruning: Pruning = Pruning(), compensate: bool = False,
+                    layers: Union[str, Selection] = "fc", pruning: Pruning = Pruning(),
+                    compensate: Optional[bool] = None,
                     run: Run = Run()) -> tuple[Result, Split]:
     """Prune `tflite_bytes` with auto sparsity and compress it, the loss of both together within
     `budget` on (x, y) (pipeline.compress's arguments). pruning: retraining (top-1 only, FC layers
     only) or one-shot (the layers of `layers`). compensate: encode GPTQ-compensated weights, their
-    Hessians from x. Returns compress's Result for the smallest .dsz and the Split."""
+    Hessians from x; None, as compress's default and the command's, wherever the data can cross-fit them
+    (pipeline.compress's Compensation). Returns compress's Result for the smallest .dsz and the Split."""
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
     budget = Budget.of(budget).for_model(model, y is not None)
