@@ -715,6 +715,8 @@ def section_auto_sparsity(au: dict) -> list:
             "mlp-d is issue 40's case (784-512-256-10 trained on 4,000 images only), its rows with compensation on",
             "by default (5a882ff; the other rows before it): the fixed schedule reaches 57.6x at +0.86 test points,",
             "`--prune auto --train --max-loss 0.01` only 9.6x at +0.08, its budget unspent.", ""]
+    if au.get("note"):
+        out += [au["note"], ""]
     rows = [[r["case"], r["method"], f"{r['ratio']:.1f}x",
              points(r["test_loss"]["test"]) if "test" in r["test_loss"] else "-", points(r["test_loss"]["test10k"]),
              of_fixed(r, au["rows"]), ", ".join(f"{k}={v:.2f}" for k, v in r["sparsity"].items() if v), f"{r['seconds']:.0f}",
