@@ -101,6 +101,7 @@ def cmd_compress(args) -> None:
 def _compress_pruned(args, model: bytes, x, y, budget, device: str, executor):
     """dsz compress --prune auto: prune (retraining with --train, else one-shot) and compress under the one
     --max-loss (pydsz.compress.prune_compress)."""
+    from pydsz.compress.compensation import Compensation
     from pydsz.compress.prune_compress import Pruning, compress_pruned
     from pydsz.model.data import load_npz
     from pydsz.model.selection import Selection
@@ -116,7 +117,8 @@ def _compress_pruned(args, model: bytes, x, y, budget, device: str, executor):
     calibration = calibration_inputs(args, model) if args.calibration else None
     pruning = Pruning(train, calibration, Retraining(epochs=args.epochs, distill=args.distill))
     return compress_pruned(model, x, y, budget, layers=Selection(args.layers, args.min_layer_bytes),
-                           pruning=pruning, compensate=args.compensate, run=_run(args, device, executor))
+                           pruning=pruning, compensation=Compensation(enabled=args.compensate),
+                           run=_run(args, device, executor))
 
 
 def _budget(args, model: bytes, x, y):

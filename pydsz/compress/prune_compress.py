@@ -64,13 +64,11 @@ class Pruning:
 
 def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, Budget] = None, *,
                     layers: Union[str, Selection] = "fc", pruning: Pruning = Pruning(),
-                    compensate: Optional[bool] = None,
-                    run: Run = Run()) -> tuple[Result, Split]:
+                    compensation: Compensation = Compensation(), run: Run = Run()) -> tuple[Result, Split]:
     """Prune `tflite_bytes` with auto sparsity and compress it, the loss of both together within
     `budget` on (x, y) (pipeline.compress's arguments). pruning: retraining (top-1 only, FC layers
-    only) or one-shot (the layers of `layers`). compensate: encode GPTQ-compensated weights, their
-    Hessians from x; None, as compress's default and the command's, wherever the data can cross-fit them
-    (pipeline.compress's Compensation). Returns compress's Result for the smallest .dsz and the Split."""
+    only) or one-shot (the layers of `layers`). compensation: each compress's (pipeline.compress's, whose
+    default it is). Returns compress's Result for the smallest .dsz and the Split."""
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
     budget = Budget.of(budget).for_model(model, y is not None)
@@ -122,7 +120,7 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
             losses = [m.loss for m in judge.measure_model_in(out, list(dict.fromkeys([metric, deciding])))]
         spent = max(0.0, *losses) / n
         result = compress(pruned.tflite, x, y, replace(budget, spent=spent),
-                          compensation=Compensation(enabled=compensate), run=run, layers=choice)
+                          compensation=compensation, run=run, layers=choice)
         if not retrain:
             _count_pruning(result.memory, pruning_memory)
         split = Split("retrain" if retrain else "oneshot", share, max_loss, spent, result.loss,
