@@ -3,6 +3,10 @@ bench/auto_sparsity.py on other draws of 500 from the same 5,000 images, judged 
 the model left some of its training file unused, on 10,000 images drawn like the validation images.
 
     DSZ_HELDOUT_CACHE=DIR nice -n 10 python3 bench/auto_draws.py [--cases mlp-d] [--draws 10] [--json PATH]
+        [--methods one-shot] [--keep]
+
+--keep keeps the rows of the JSON at --json that this run does not measure again (other cases and methods,
+each row naming its commit) and its note.
 
 A user holds one draw. bench/auto_sparsity.py's row is the builder's (seed 23: mlp-d's 500 are 90.8% right
 where its 5,000 are 86.4%); this measures the draw's share of the outcome. Rows, each on every draw:
@@ -148,17 +152,22 @@ def main() -> int:
     parser.add_argument("--draws", type=int, default=10)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "auto_draws.json"))
+    parser.add_argument("--keep", action="store_true", help="keep the rows of --json this run does not measure")
     args = parser.parse_args()
+    cases, methods = args.cases.split(","), args.methods.split(",")
+    earlier = json.loads(Path(args.json).read_text()) if args.keep and Path(args.json).exists() else {}
+    kept = [r for r in earlier.get("rows", []) if r["case"] not in cases or r["method"] not in methods]
+    note = {"note": earlier["note"]} if "note" in earlier else {}
     rows = []
-    for case in args.cases.split(","):
+    for case in cases:
         if not (HELDOUT / f"{case}.tflite").exists():
             raise SystemExit(f"{HELDOUT / case}.tflite is missing: build it with bench/builders/make_heldout_models.py")
-        rows += run_case(case, args.draws, args.methods.split(","))
-        lines = summary(rows)
+        rows += run_case(case, args.draws, methods)
+        lines = summary(kept + rows)
         Path(args.json).write_text(json.dumps({"machine": machine_info(), "budget": BUDGET, "summary": lines,
-                                               "rows": rows}, indent=1, default=str))
+                                               "rows": kept + rows, **note}, indent=1, default=str))
     print(table(lines))
-    plot(rows, args.json.replace(".json", ".png"))
+    plot(kept + rows, args.json.replace(".json", ".png"))
     print(f"\nwrote {args.json} and its .png")
     return 0
 

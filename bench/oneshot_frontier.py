@@ -2,6 +2,7 @@
 plan at the same test loss, on the draws of bench/auto_draws.py.
 
     DSZ_HELDOUT_CACHE=DIR nice -n 10 python3 bench/oneshot_frontier.py [--case mlp-d] [--draws 10] [--json PATH]
+        [--points FROM.json] [--draws-from AUTO_DRAWS.json]
 
 The fixed plans: per-layer sparsities on a grid (every FC layer but the last, which auto leaves alone too),
 each pruned one-shot (SparseGPT, calibrated on the training images, as the one-shot row), then compressed
@@ -12,6 +13,11 @@ ratio of the points that lose at most t. Beside it, the one-shot command on each
 images (bench/auto_draws.py's one-shot row, measured again here) and its efficiency: its ratio over the
 frontier's at its own test loss. And the oracle as issue 40 defines it: the point of the largest ratio
 whose like-val loss is within the budget, judged on test10k.
+
+--points takes the fixed plans' points from an earlier run's JSON (32 minutes on 2 cores): they depend on
+one-shot pruning and compress at margin 0, not on the command's decisions, so a change to those is measured
+against the same frontier; the JSON names both commits. --draws-from takes the command's rows from a
+bench/auto_draws.py JSON (its one-shot rows of the case) instead of measuring them again.
 """
 import argparse
 import json
@@ -20,6 +26,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,10 +76,16 @@ def fixed_points(model: bytes, calibration: np.ndarray, like_val: tuple, test: t
     return points
 
 
-def draws(case: str, count: int) -> list:
-    """auto_draws.py's one-shot row on each of its draws, with its test10k loss."""
+def draws(case: str, count: int, source: Optional[str] = None) -> list:
+    """auto_draws.py's one-shot row on each of its draws, with its test10k loss: measured now, or the first
+    `count` of the JSON at `source`."""
+    if source:
+        rows = json.loads(Path(source).read_text())["rows"]
+        measured = [r for r in rows if r["case"] == case and r["method"] == "one-shot"][:count]
+    else:
+        measured = run_case(case, count, ["one-shot"])
     return [{"draw": r["draw"], "ratio": r["ratio"], "sparsity": r["sparsity"], "test10k": r["test_loss"]["test10k"],
-             "seconds": r["seconds"], "split": r["split"]} for r in run_case(case, count, ["one-shot"])]
+             "seconds": r["seconds"], "split": r["split"], "commit": r.get("commit")} for r in measured]
 
 
 def main() -> int:
@@ -80,6 +93,8 @@ def main() -> int:
     parser.add_argument("--case", default="mlp-d")
     parser.add_argument("--draws", type=int, default=10)
     parser.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "oneshot_frontier.json"))
+    parser.add_argument("--points", help="the fixed plans' points from this earlier run's JSON")
+    parser.add_argument("--draws-from", help="the command's rows from this bench/auto_draws.py JSON")
     args = parser.parse_args()
     case = args.case
     if not (HELDOUT / f"{case}.tflite").exists():
@@ -90,9 +105,14 @@ def main() -> int:
     like_val = (_inputs(case, x[LIKE_VAL]), y[LIKE_VAL])
     test = load_npz(HELDOUT / f"{case}-test10k.npz")
     start = time.perf_counter()
-    points = fixed_points(model, calibration, like_val, test)
-    frontier_seconds = time.perf_counter() - start
-    rows = draws(case, args.draws)
+    if args.points:
+        earlier = json.loads(Path(args.points).read_text())
+        points, frontier_seconds = earlier["points"], earlier["summary"]["frontier_seconds"]
+        points_commit = earlier.get("points_commit", earlier["commit"])
+    else:
+        points, points_commit = fixed_points(model, calibration, like_val, test), _commit()
+        frontier_seconds = time.perf_counter() - start
+    rows = draws(case, args.draws, args.draws_from)
     for r in rows:
         best = frontier_at(points, r["test10k"])
         r["frontier"] = best
@@ -106,7 +126,8 @@ def main() -> int:
                "efficiency_median": statistics.median(effs) if effs else None,
                "efficiency_min": min(effs) if effs else None, "at_least_0.9": sum(e >= 0.9 for e in effs),
                "oracle": oracle, "points": len(points), "frontier_seconds": frontier_seconds}
-    Path(args.json).write_text(json.dumps({"machine": machine_info(), "commit": _commit(), "case": case,
+    Path(args.json).write_text(json.dumps({"machine": machine_info(), "commit": _commit(),
+                                           "points_commit": points_commit, "case": case,
                                            "budget": BUDGET, "grid": GRID, "compression": COMPRESSION,
                                            "summary": summary, "rows": rows, "points": points}, indent=1))
     body = [[str(r["draw"]), f"{r['ratio']:.1f}x", f"{100 * r['test10k']:+.2f}",

@@ -70,3 +70,16 @@ def test_the_output_metrics_keep_two_standard_errors_in_hand_and_the_labels_one(
     assert Budget.of(0.01).for_model(lenet, labelled=False).margin == 1.0  # expected-top1
     with pytest.raises(Exception, match="margin -1"):
         Budget("output-error", 0.01, -1.0)
+
+
+def test_what_an_earlier_step_spent_is_counted_by_each_metric_as_it_measured_it():
+    # a one-shot pruning that lost 4 of 500 labels where calibrated-top1 counts 1.5 samples: the bounds are
+    # chosen within what calibrated-top1 says is left, the labels check the file within what they say is left
+    pruned = Budget("top1", 0.01, spent=4 / 500, spent_deciding=1.5 / 500)
+    decisions = pruned.decisions(labelled=True)
+    assert decisions.metric.name == "calibrated-top1"
+    assert decisions.allowed(500) == pytest.approx(5 - 1.5)
+    assert pruned.allowed(500) == 1  # the labels' whole samples
+    # as one count where nothing says otherwise, and without labels the decisions are the budget itself
+    assert Budget("top1", 0.01, spent=4 / 500).decisions(labelled=True).allowed(500) == pytest.approx(1)
+    assert pruned.decisions(labelled=False) is pruned

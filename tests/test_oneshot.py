@@ -326,6 +326,46 @@ def test_prune_auto_compensates_by_default_as_the_command_does(calibration):
     assert split.pruning_loss + result.loss <= 0.01 + 1e-9
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("start", [500, 1500])
+def test_prune_auto_one_shot_spends_each_metrics_own_count_and_the_labels_check_the_whole_file(calibration, start,
+                                                                                              monkeypatch):
+    """--prune auto one-shot decides its plan in calibrated-top1 on every sample and checks the file on the
+    labels: the bounds get what the larger of the labels' and calibrated-top1's count of pruning left, the labels
+    check that the file, from the original, loses no more than the budget (not compression's part within what
+    the larger count left). On images 1,500-1,999 the first plan loses 7 labels, more than the whole budget,
+    and its trials are checked on the labels as well."""
+    from pydsz.assess.evaluator import Evaluator
+    from pydsz.budget.calibrated import CalibratedTop1
+    from pydsz.compress import prune_compress
+    from pydsz.format import container
+
+    plans, prune = [], oneshot.prune_model  # per call: the budget's metric and share, the pruned model
+
+    def recorded(*args, auto_budget, **kwargs):
+        result = prune(*args, auto_budget=auto_budget, **kwargs)
+        plans.append((auto_budget.metric.name, auto_budget.max_loss, result.tflite))
+        return result
+
+    monkeypatch.setattr(oneshot, "prune_model", recorded)
+    data = bundled("lenet300.tflite").read_bytes()
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    x, y = x[start:start + 500], y[start:start + 500]
+    result, split = prune_compress.compress_pruned(data, x, y, 0.01,
+                                                   pruning=prune_compress.Pruning(calibration=calibration))
+    assert plans[0][0] == "calibrated-top1"
+    kept = [p for metric, share, p in plans if share == pytest.approx(split.share * 0.01)][-1]
+    lost = runtime.accuracy(data, x, y) - runtime.accuracy(kept, x, y)
+    assert split.pruning_loss == pytest.approx(lost)  # the labels' count, as measured
+    calibrated = Evaluator(data, x, y, ["fc1"], CalibratedTop1()).measure_model(kept).loss / len(y)
+    assert result.decided["allowed"] == pytest.approx(0.01 - max(0.0, lost, calibrated))
+    decoded = container.load(result.dsz).tflite_bytes()
+    assert runtime.accuracy(data, x, y) - runtime.accuracy(decoded, x, y) <= 0.01 + 1e-9
+    assert lost <= 0.01 + 1e-9
+    if start == 1500:
+        assert any(metric == "top1" for metric, _, _ in plans), plans
+
+
 def test_masked_retraining_holds_the_one_shot_masks_and_recovers_accuracy(lenet300, calibration):
     from pydsz.model.data import fashion_mnist
     from pydsz.prune.retraining import retrain_masked

@@ -27,7 +27,8 @@ def risk(loss: float, noise: float, margin: float) -> float:
 class Budget:
     """The loss a step may cost: `max_loss` in the metric's unit, less what an earlier step `spent`
     (e.g. pruning, counted from a reference model), judged with `margin` standard deviations of
-    noise in hand (None: the metric's default_margin, once the metric is known). `option` names the command-line option that sets max_loss, so that a budget the
+    noise in hand (None: the metric's default_margin, once the metric is known); `spent_deciding`, the
+    earlier step's loss in the decisions' metric where the two count it differently. `option` names the command-line option that sets max_loss, so that a budget the
     data cannot resolve says what to change; `margin_option` the one that sets the margin, if any.
 
     metric: a name (pydsz.budget.metrics), a Metric or a function f(outputs, original_outputs, y) ->
@@ -40,6 +41,9 @@ class Budget:
     max_loss: Optional[float] = None
     margin: Optional[float] = None
     spent: float = 0.0
+    # what that earlier step spent as the decisions' metric counts it (decisions: calibrated-top1's count of
+    # a top1 budget), where it differs from `spent` as the labels measure it; None: the same
+    spent_deciding: Optional[float] = None
     option: str = "--max-loss"
     margin_option: Optional[str] = "--margin"
     output: Optional[str] = None
@@ -138,7 +142,10 @@ class Budget:
         (calibrated.deciding), whose noise is the samples' where top1's is the labels' coin tosses, the
         result then checked on the labels in this budget's metric as measured; otherwise this one."""
         deciding = calibrated.deciding(self.metric) if labelled else self.metric
-        return self if deciding is self.metric else replace(self, metric=deciding)
+        if deciding is self.metric:
+            return self
+        spent = self.spent if self.spent_deciding is None else self.spent_deciding
+        return replace(self, metric=deciding, spent=spent, spent_deciding=None)
 
     def checked_warnings(self, n: int, decisions: "Budget") -> list[str]:
         """`warnings` for decisions made in `decisions` (self.decisions): this budget's own where they are
