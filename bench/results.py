@@ -767,8 +767,9 @@ def section_oneshot_frontier(of: dict) -> list:
             f"pruned to {grid}% each (SparseGPT on the training images, as the command's calibration), its bounds chosen",
             f"on like-val (10,000 training images the model never saw) at margin 0 within {100 * of['compression'][0]:g} point",
             f"from the pruned model: {sm['points']} points, each judged on the 10,000 test images from the unpruned model,",
-            f"{sm['frontier_seconds'] / 60:.0f} min (at {of['commit']}). The command ran on the {sm['draws']} draws of 500 validation images of",
-            "auto_draws.py; its efficiency is its ratio over the largest fixed ratio that loses no more on test.", ""]
+            f"{sm['frontier_seconds'] / 60:.0f} min (at {of.get('points_commit', of['commit'])}). The command ran on the {sm['draws']} draws of",
+            f"500 validation images of auto_draws.py (at {of['commit']}); its efficiency is its ratio over the largest fixed",
+            "ratio that loses no more on test.", ""]
     o = sm["oracle"]
     says = (f"What it says: the command gives {sm['ratio_median']:.1f}x at the median, {points(sm['test10k_median'])} test points, "
             f"within the budget on {sm['within']} of {sm['draws']} draws; its efficiency at equal test loss is "
