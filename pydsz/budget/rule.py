@@ -28,8 +28,9 @@ class Budget:
     """The loss a step may cost: `max_loss` in the metric's unit, less what an earlier step `spent`
     (e.g. pruning, counted from a reference model), judged with `margin` standard deviations of
     noise in hand (None: the metric's default_margin, once the metric is known); `spent_deciding`, the
-    earlier step's loss in the decisions' metric where the two count it differently. `option` names the command-line option that sets max_loss, so that a budget the
-    data cannot resolve says what to change; `margin_option` the one that sets the margin, if any.
+    earlier step's loss in the decisions' metric where the two count it differently. `option` names
+    the command-line option that sets max_loss, so that a budget the data cannot resolve says what to
+    change; `margin_option` the one that sets the margin, if any.
 
     metric: a name (pydsz.budget.metrics), a Metric or a function f(outputs, original_outputs, y) ->
     per-sample losses, judged on the model output `output` (None: all of them); None takes the model's

@@ -112,16 +112,16 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
                                             auto_budget=share_budget, run=replace(run, executor=None))
         else:  # its trials judged in the decisions' metric alone: the labels check the file, below
             pruned = _oneshot(data, calibration, (x, y), layers, share_budget.decisions(y is not None), run)
-            labelled = judge.measure_model_in(judge.outputs_of(pruned.tflite), [metric])[0]
-            if apart and labelled.loss > budget.allowed(n):
-                # the labels see the plan lose more than the whole budget, which no bounds could take back: its
-                # trials checked on the labels too (within the share, as `dsz prune` checks its own budget)
-                pruned = _oneshot(data, calibration, (x, y), layers, share_budget, run)
+        out = judge.outputs_of(pruned.tflite)
+        if not retrain and apart and judge.measure_model_in(out, [metric])[0].loss > budget.allowed(n):
+            # the labels see the plan lose more than the whole budget, which no bounds could take back: its
+            # trials checked on the labels too (within the share, as `dsz prune` checks its own budget)
+            pruned = _oneshot(data, calibration, (x, y), layers, share_budget, run)
+            out = judge.outputs_of(pruned.tflite)
         # what pruning spent, from the unpruned model; a gain by pruning is noise the bounds should not spend.
         # A model retrained on the labels is judged by what it and the original know together
         # (calibrated.change): by the original's probabilities alone, retrained plans that lost a few tenths
         # of a point on unseen images spent one to two points, the whole budget, and left the bounds lossless
-        out = judge.outputs_of(pruned.tflite)
         if retrain:
             losses = [judge.measure_model_in(out, [metric])[0].loss, deciding.pooled_change(out, judge.y)]
             spent, spent_deciding = max(0.0, *losses) / n, None
