@@ -362,6 +362,10 @@ def test_prune_auto_one_shot_spends_each_metrics_own_count_and_the_labels_check_
     decoded = container.load(result.dsz).tflite_bytes()
     assert runtime.accuracy(data, x, y) - runtime.accuracy(decoded, x, y) <= 0.01 + 1e-9
     assert lost <= 0.01 + 1e-9
+    before = runtime.accuracy(data, x, y)
+    over_share = [metric for metric, share, p in plans if before - runtime.accuracy(p, x, y) > share + 1e-9]
+    if start == 500:  # the labels no longer stop a trial calibrated-top1 passes (on the old code none could)
+        assert over_share == ["calibrated-top1"], plans
     if start == 1500:
         assert any(metric == "top1" for metric, _, _ in plans), plans
 
