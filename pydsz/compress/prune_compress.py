@@ -113,28 +113,26 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
         else:  # its trials judged in the decisions' metric alone: the labels check the file, below
             pruned = _oneshot(data, calibration, (x, y), layers, share_budget.decisions(y is not None), run)
         out = judge.outputs_of(pruned.tflite)
-        if not retrain and apart and judge.measure_model_in(out, [metric])[0].loss > budget.allowed(n):
+        labelled = judge.measure_model_in(out, [metric])[0].loss
+        if not retrain and apart and labelled > budget.allowed(n):
             # the labels see the plan lose more than the whole budget, which no bounds could take back: its
             # trials checked on the labels too (within the share, as `dsz prune` checks its own budget)
             pruned = _oneshot(data, calibration, (x, y), layers, share_budget, run)
             out = judge.outputs_of(pruned.tflite)
-        # what pruning spent, from the unpruned model; a gain by pruning is noise the bounds should not spend.
-        # A model retrained on the labels is judged by what it and the original know together
-        # (calibrated.change): by the original's probabilities alone, retrained plans that lost a few tenths
-        # of a point on unseen images spent one to two points, the whole budget, and left the bounds lossless
-        if retrain:
-            losses = [judge.measure_model_in(out, [metric])[0].loss, deciding.pooled_change(out, judge.y)]
-            spent, spent_deciding = max(0.0, *losses) / n, None
-        elif apart:
-            # the bounds get what is left by the larger of the labels' and calibrated-top1's count (a loss the
-            # labels see smaller than calibrated-top1 expects is their luck; one they see larger, a warning);
-            # the labels check the file within what they say is left, as measured, so that its top-1 on them,
-            # from the original, is within the budget. Checked within what the larger count left, a plan losing
-            # no labels for 2.3 samples calibrated (mlp-d, 500 labels) left the bounds' check 2 samples of 5
-            label_loss, deciding_loss = (m.loss for m in judge.measure_model_in(out, [metric, deciding]))
-            spent, spent_deciding = label_loss / n, max(0.0, label_loss, deciding_loss) / n
-        else:
-            spent, spent_deciding = max(0.0, judge.measure_model_in(out, [metric])[0].loss) / n, None
+            labelled = judge.measure_model_in(out, [metric])[0].loss
+        # what pruning spent, from the unpruned model, as the bounds count it: the larger of the labels' count
+        # and the decisions' metric's (a gain by pruning is noise the bounds should not spend; a loss the labels
+        # see smaller than calibrated-top1 expects is their luck, one they see larger a warning). A model
+        # retrained on the labels is judged by what it and the original know together (calibrated.change): by
+        # the original's probabilities alone, retrained plans that lost a few tenths of a point on unseen
+        # images spent one to two points, the whole budget, and left the bounds lossless
+        counted = deciding.pooled_change(out, judge.y) if retrain else judge.measure_model_in(out, [deciding])[0].loss
+        spent, spent_deciding = max(0.0, labelled, counted) / n, None
+        if apart and not retrain:
+            # the labels check a one-shot file within what they say is left, as measured, so that its top-1 on
+            # them, from the original, is within the budget. Checked within what the larger count left, a plan
+            # losing no labels for 2.3 samples calibrated (mlp-d, 500 labels) left the bounds' check 2 of 5
+            spent, spent_deciding = labelled / n, spent
         result = compress(pruned.tflite, x, y, replace(budget, spent=spent, spent_deciding=spent_deciding),
                           compensation=compensation, run=run, layers=choice)
         if not retrain:
