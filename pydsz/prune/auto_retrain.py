@@ -46,6 +46,9 @@ class AutoPlan:
     index: int
     candidate: str  # "per-layer" or "global magnitude"
     notes: list = field(default_factory=list)
+    # raises choose's InputError where the validation set cannot tell the smallest pruning from noise; for the
+    # caller to call where the plan ends at nothing pruned, by the search or by the full retraining stepping down
+    resolvable: Callable[[], None] = lambda: None
 
 
 def tail_curves(layers: Sequence[Dense], h: np.ndarray, names: Sequence[str], progress: bool = False) -> dict:
@@ -79,8 +82,8 @@ def choose(layers: list[Dense], train: tuple, val: tuple, names: Sequence[str], 
     `judged` on the validation labels, from the candidate family predicted smallest. train, val: the
     tail's cached inputs and their labels, (h, y). A brief retraining moves a converged model by
     itself, so a trial is compared with the same brief retraining of the unpruned tail, sample by
-    sample (McNemar's noise of the flips). InputError when the validation set cannot tell the smallest
-    pruning of the largest layer from noise."""
+    sample (McNemar's noise of the flips). The AutoPlan's `resolvable` raises InputError where the
+    validation set cannot tell the smallest pruning of the largest layer from noise."""
     (h, y), (h_val, y_val) = train, val
     quiet = replace(run, progress=False)  # a bar per brief retraining would drown the search's own
     warnings = judged.warnings(len(y_val))  # an InputError where the samples cannot resolve the budget
@@ -115,14 +118,16 @@ def choose(layers: list[Dense], train: tuple, val: tuple, names: Sequence[str], 
         notes.append(f"auto, {name}: {auto_sparsity.describe(family[index])} (predicted {size} bytes; "
                      f"{len(trials)} brief retrainings)")
     name, family, index, _ = min(found, key=lambda f: f[3])
-    if index == 0:
+
+    def resolvable():
         largest = by_size(list(names), {l.name: l.weight.size for l in layers})[0]
         first = trial({largest: AUTO_LADDER[0]})
         if judged.risk(0, first.noise) > allowed:
             raise judged.noise_error(f"pruning {largest}, the largest layer, by {AUTO_LADDER[0]}", len(y_val),
                                      first.noise)
+
     notes.append(f"auto chose the {name} plan")
-    return AutoPlan(dict(family[index]), family, index, name, notes)
+    return AutoPlan(dict(family[index]), family, index, name, notes, resolvable)
 
 
 def oneshot_masks(layers: Sequence[Dense], h: np.ndarray, targets: dict) -> Optional[list[Dense]]:

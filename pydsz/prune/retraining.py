@@ -163,6 +163,9 @@ def _final_auto(dense, train: tuple, val: tuple, chosen, judged: Budget, teacher
             break
         index, stride = index - stride, 2 * stride  # a few full retrainings at most, not one per plan
     else:
+        # nothing pruned: where that is the validation set's noise, not the model's, say so (1,000 samples and a
+        # budget of 2: a brief trial passed by luck of its flips, every full retraining lost more)
+        chosen.resolvable()
         return dense, {}, "nothing"
     if index == chosen.index:
         lo, hi, tried = index, len(chosen.family) - 1, 0
