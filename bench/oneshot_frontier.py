@@ -14,9 +14,10 @@ images (bench/auto_draws.py's one-shot row, measured again here) and its efficie
 frontier's at its own test loss. And the oracle as issue 40 defines it: the point of the largest ratio
 whose like-val loss is within the budget, judged on test10k.
 
---points takes the fixed plans' points from an earlier run's JSON (32 minutes on 2 cores): they depend on
+--points takes the fixed plans' points from an earlier run's JSON (77 s a point on 2 cores): they depend on
 one-shot pruning and compress at margin 0, not on the command's decisions, so a change to those is measured
-against the same frontier; the JSON names both commits. --draws-from takes the command's rows from a
+against the same frontier; the grid's plans it lacks are measured now (each such point names its commit),
+and the JSON names the earlier run's. --draws-from takes the command's rows from a
 bench/auto_draws.py JSON (its one-shot rows of the case) instead of measuring them again.
 """
 import argparse
@@ -47,7 +48,8 @@ from pydsz.model.graph import TFLiteModel  # noqa: E402
 from pydsz.prune.oneshot import prune_layers  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
-GRID = (0.5, 0.6, 0.7, 0.8, 0.9)
+# sparsities of every FC layer but the last; 0.75 since auto's ladder has it (pydsz.prune.masks.AUTO_LADDER)
+GRID = (0.5, 0.6, 0.7, 0.75, 0.8, 0.9)
 COMPRESSION = (0.002,)  # top-1 the bounds may lose on like-val, from the pruned model (0.005 moved 0.8/0.8 by 1%)
 
 
@@ -57,23 +59,32 @@ def frontier_at(points: list, loss: float) -> dict:
     return max(fits, key=lambda p: p["ratio"]) if fits else None
 
 
-def fixed_points(model: bytes, calibration: np.ndarray, like_val: tuple, test: tuple) -> list:
+def fixed_points(model: bytes, calibration: np.ndarray, like_val: tuple, test: tuple, known: list = ()) -> list:
+    """The grid's points: those of `known` (an earlier run's) as they are, the plans it lacks measured."""
     from tqdm import tqdm
 
     fcs = [l.name for l in TFLiteModel(model).layers(("fc",)) if l.compressible][:-1]
-    plans = [dict(zip(fcs, s)) for s in np.array(np.meshgrid(*[GRID] * len(fcs))).T.reshape(-1, len(fcs))]
+    plans = [{k: float(v) for k, v in zip(fcs, s)}
+             for s in np.array(np.meshgrid(*[GRID] * len(fcs))).T.reshape(-1, len(fcs))]
+    points = list(known)
+    plans = [p for p in plans if not any(_same(p, k["sparsity"]) for k in points)]
+    if not plans:
+        return points
     before = {name: runtime.accuracy(model, *data) for name, data in (("like-val", like_val), ("test10k", test))}
-    points = []
+    commit = _commit()
     for plan in tqdm(plans, desc="fixed one-shot plans"):
         pruned = prune_layers(model, calibration, {k: float(v) for k, v in plan.items()}).tflite
         for budget in COMPRESSION:
             result = compress(pruned, *like_val, Budget("top1", budget, margin=0))
             decoded = container.load(result.dsz).tflite_bytes()
-            points.append({"sparsity": {k: float(v) for k, v in plan.items()}, "compression": budget,
-                           "ratio": result.ratio,
+            points.append({"sparsity": plan, "compression": budget, "ratio": result.ratio, "commit": commit,
                            **{name: before[name] - runtime.accuracy(decoded, *data)
                               for name, data in (("like-val", like_val), ("test10k", test))}})
     return points
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(abs(a[k] - b[k]) < 1e-9 for k in a)
 
 
 def draws(case: str, count: int, source: Optional[str] = None) -> list:
@@ -105,13 +116,13 @@ def main() -> int:
     like_val = (_inputs(case, x[LIKE_VAL]), y[LIKE_VAL])
     test = load_npz(HELDOUT / f"{case}-test10k.npz")
     start = time.perf_counter()
+    known, frontier_seconds, points_commit = [], 0.0, _commit()
     if args.points:
         earlier = json.loads(Path(args.points).read_text())
-        points, frontier_seconds = earlier["points"], earlier["summary"]["frontier_seconds"]
+        known, frontier_seconds = earlier["points"], earlier["summary"]["frontier_seconds"]
         points_commit = earlier.get("points_commit", earlier["commit"])
-    else:
-        points, points_commit = fixed_points(model, calibration, like_val, test), _commit()
-        frontier_seconds = time.perf_counter() - start
+    points = fixed_points(model, calibration, like_val, test, known)
+    frontier_seconds += time.perf_counter() - start
     rows = draws(case, args.draws, args.draws_from)
     for r in rows:
         best = frontier_at(points, r["test10k"])

@@ -767,7 +767,7 @@ def section_oneshot_frontier(of: dict) -> list:
             f"pruned to {grid}% each (SparseGPT on the training images, as the command's calibration), its bounds chosen",
             f"on like-val (10,000 training images the model never saw) at margin 0 within {100 * of['compression'][0]:g} point",
             f"from the pruned model: {sm['points']} points, each judged on the 10,000 test images from the unpruned model,",
-            f"{sm['frontier_seconds'] / 60:.0f} min (at {of.get('points_commit', of['commit'])}). The command ran on the {sm['draws']} draws of",
+            f"{sm['frontier_seconds'] / 60:.0f} min (at {_points_commits(of)}). The command ran on the {sm['draws']} draws of",
             f"500 validation images of auto_draws.py (at {of['commit']}); its efficiency is its ratio over the largest fixed",
             "ratio that loses no more on test.", ""]
     o = sm["oracle"]
@@ -789,6 +789,15 @@ def section_oneshot_frontier(of: dict) -> list:
     out += table(["draw", "one-shot ratio", "test loss", "its sparsity %", "fixed at that loss", "its sparsity %",
                      "efficiency"], rows)
     return out
+
+
+def _points_commits(of: dict) -> str:
+    """The commit(s) that measured oneshot_frontier.json's fixed points: the earlier run's, and any a later
+    --points run added (its grid's new plans, each point naming its commit)."""
+    earlier = of.get("points_commit", of["commit"])
+    later = sorted({p["commit"] for p in of["points"] if p.get("commit") and p["commit"] != earlier})
+    added = sum(bool(p.get("commit")) and p["commit"] != earlier for p in of["points"])
+    return earlier + (f"; {added} of them at {', '.join(later)}" if later else "")
 
 
 def section_auto_draws(ad: dict) -> list:
