@@ -73,7 +73,7 @@ def fixed_points(model: bytes, calibration: np.ndarray, like_val: tuple, test: t
     before = {name: runtime.accuracy(model, *data) for name, data in (("like-val", like_val), ("test10k", test))}
     commit = _commit()
     for plan in tqdm(plans, desc="fixed one-shot plans"):
-        pruned = prune_layers(model, calibration, {k: float(v) for k, v in plan.items()}).tflite
+        pruned = prune_layers(model, calibration, plan).tflite
         for budget in COMPRESSION:
             result = compress(pruned, *like_val, Budget("top1", budget, margin=0))
             decoded = container.load(result.dsz).tflite_bytes()

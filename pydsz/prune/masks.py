@@ -19,8 +19,8 @@ from pydsz.errors import InputError
 ALREADY_SPARSE = 0.5
 # The sparsities `auto` chooses among, per layer (pydsz.prune.auto_sparsity plans over them). Up to 97%,
 # no rung keeps more than a third more weights than the next: with 70% then 80% (30% of the weights kept,
-# then 20%), one-shot auto on an MLP's 400k-weight fc1 stayed at 70% where 80% lost too much, and the
-# file was 15% larger than the best fixed plan's at the same test loss (bench/results/oneshot_frontier.json)
+# then 20%), one-shot auto on an MLP's 400k-weight fc1 stayed at 70% where 80% lost too much, its ratio
+# 0.83-0.85 of the best fixed plan's at the same test loss (bench/results/oneshot_frontier.json)
 AUTO_LADDER = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.875, 0.9, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99)
 # Standard deviations of validation noise `auto` keeps in hand (compress's default margin on labels).
 AUTO_MARGIN = 1.0
