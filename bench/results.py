@@ -802,12 +802,15 @@ def _points_commits(of: dict) -> str:
 
 def section_auto_draws(ad: dict) -> list:
     out = ["## Studies: how far `--prune auto` moves with the validation draw", ""]
-    cases = ",".join(dict.fromkeys(r["case"] for r in ad["rows"]))
-    draws = max(line["draws"] for line in ad["summary"])
-    out += source(f"DSZ_HELDOUT_CACHE=DIR nice -n 10 python3 bench/auto_draws.py --cases {cases} --draws {draws}",
+    counts = {}  # draws per case: one command per count
+    for line in ad["summary"]:
+        counts.setdefault(line["draws"], {})[line["case"]] = None
+    draws = max(counts)
+    out += source(" and ".join(f"DSZ_HELDOUT_CACHE=DIR nice -n 10 python3 bench/auto_draws.py --cases {','.join(cases)} "
+                               f"--draws {count}" for count, cases in counts.items()),
                   "`bench/results/auto_draws.json` (plot: `auto_draws.png`)", machine(ad["machine"]))
     out += ["The section above decides on one draw of 500 validation images, the builder's. A user holds some draw:",
-            f"here the same commands within {100 * ad['budget']:g} point on {draws} other draws of 500 from the same 5,000",
+            f"here the same commands within {100 * ad['budget']:g} point on {'up to ' if len(counts) > 1 else ''}{draws} other draws of 500 from the same 5,000",
             "images, judged on Fashion-MNIST's 10,000 test images and, where the model was trained on fewer images",
             "than its training file holds (mlp-d: the first 4,000), on 10,000 of the others, which are drawn like the",
             "validation images (like-val). Fixed: the issue's 93/90/70% schedule retrained, then compressed within",
