@@ -15,7 +15,7 @@ from statistics import NormalDist
 from typing import Callable, Optional, Union
 
 from pydsz.budget import calibrated, metrics
-from pydsz.errors import InputError
+from pydsz.errors import InputError, NoiseError
 
 
 def risk(loss: float, noise: float, margin: float) -> float:
@@ -174,7 +174,7 @@ class Budget:
             f"which resolve no more than {resolved} changed; about {needed} samples would resolve "
             "the budget"]
 
-    def noise_error(self, change: str, n: int, noise: float) -> InputError:
+    def noise_error(self, change: str, n: int, noise: float) -> NoiseError:
         """The data cannot tell `change` (the smallest step a search takes) from noise: its noise alone,
         with the margin, exceeds what is allowed. The noise of a sum grows with sqrt(n), the budget
         with n: the samples needed follow."""
@@ -182,6 +182,6 @@ class Budget:
         need = math.ceil((self.margin * noise / (budget * n)) ** 2 * n) if budget > 0 else math.inf
         spread = (f"flips {round(noise ** 2)} predictions, a noise of {self.margin * noise:.1f} samples"
                   if self.metric.discrete else f"changes the summed loss by a noise of {self.margin * noise:.3g}")
-        return InputError(f"validation set of {n} samples too small for {self.option} {self.max_loss:g} "
+        return NoiseError(f"validation set of {n} samples too small for {self.option} {self.max_loss:g} "
                           f"({self.metric.name}): {change} {spread} against {self.allowed(n):.3g} allowed; give "
                           f"about {need} samples or a larger {self.option}")

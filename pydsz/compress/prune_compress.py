@@ -8,7 +8,9 @@ is decided in calibrated-top1 and the file checked on the labels (Budget.decisio
 trials decide in calibrated-top1 alone, and the labels check the file, pruning and bounds together.
 Which split gives the smaller file depends on the model: each share of SHARES is tried (one with retraining,
 which costs minutes each) and the smallest .dsz kept; every candidate ends within the whole budget, as
-compress verifies it. `dsz prune` stays for those who want the steps apart.
+compress verifies it. Where the data cannot tell pruning's smallest step from noise at a share
+(errors.NoiseError, which stops `dsz prune`), that share compresses the model as it is and says why.
+`dsz prune` stays for those who want the steps apart.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pydsz.budget.rule import Budget
 from pydsz.compress.compensation import Compensation
 from pydsz.compress.pipeline import Result, compress
 from pydsz.context import Run
-from pydsz.errors import InputError
+from pydsz.errors import InputError, NoiseError
 from pydsz.model.graph import TFLiteModel
 from pydsz.model.selection import KINDS, Selection, compressible_layers
 from pydsz.prune import oneshot, retraining
@@ -107,19 +109,28 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
     deciding = decisions.metric.fitted(judge.outputs, judge.y).knowing(model)
     for share in shares:
         share_budget = replace(budget, max_loss=share * max_loss)
-        if retrain:
-            pruned = retraining.prune_model(data, train, (x, y), "auto", settings=pruning.settings,
-                                            auto_budget=share_budget, run=replace(run, executor=None))
-        else:  # its trials judged in the decisions' metric alone: the labels check the file, below
-            pruned = _oneshot(data, calibration, (x, y), layers, share_budget.decisions(y is not None), run)
-        out = judge.outputs_of(pruned.tflite)
-        labelled = judge.measure_model_in(out, [metric])[0].loss
-        if not retrain and apart and labelled > budget.allowed(n):
-            # the labels see the plan lose more than the whole budget, which no bounds could take back: its
-            # trials checked on the labels too (within the share, as `dsz prune` checks its own budget)
-            pruned = _oneshot(data, calibration, (x, y), layers, share_budget, run)
+        try:
+            if retrain:
+                pruned = retraining.prune_model(data, train, (x, y), "auto", settings=pruning.settings,
+                                                auto_budget=share_budget, run=replace(run, executor=None))
+            else:  # its trials judged in the decisions' metric alone: the labels check the file, below
+                pruned = _oneshot(data, calibration, (x, y), layers, share_budget.decisions(y is not None), run)
             out = judge.outputs_of(pruned.tflite)
             labelled = judge.measure_model_in(out, [metric])[0].loss
+            if not retrain and apart and labelled > budget.allowed(n):
+                # the labels see the plan lose more than the whole budget, which no bounds could take back: its
+                # trials checked on the labels too (within the share, as `dsz prune` checks its own budget)
+                pruned = _oneshot(data, calibration, (x, y), layers, share_budget, run)
+                out = judge.outputs_of(pruned.tflite)
+                labelled = judge.measure_model_in(out, [metric])[0].loss
+        except NoiseError as exc:
+            # the data cannot judge pruning at this share: the model compressed as it is, within the whole budget,
+            # is still the file asked for, where an error would leave the user without one
+            pruned = retraining.PruneResult(data, {}, [], [], None, None, "retrain" if retrain else "oneshot",
+                                            notes=[f"--prune auto pruned nothing: {exc}"])
+            out, labelled = judge.outputs, 0.0
+        if not any(pruned.sparsity.values()) and any(not t["sparsity"] for t in tried):
+            continue  # the model as it is, compressed already at an earlier share
         # what pruning spent, from the unpruned model, as the bounds count it: the larger of the labels' count
         # and the decisions' metric's (a gain by pruning is noise the bounds should not spend; a loss the labels
         # see smaller than calibrated-top1 expects is their luck, one they see larger a warning). A model
