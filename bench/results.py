@@ -795,9 +795,8 @@ def _points_commits(of: dict) -> str:
     """The commit(s) that measured oneshot_frontier.json's fixed points: the earlier run's, and any a later
     --points run added (its grid's new plans, each point naming its commit)."""
     earlier = of.get("points_commit", of["commit"])
-    later = sorted({p["commit"] for p in of["points"] if p.get("commit") and p["commit"] != earlier})
-    added = sum(bool(p.get("commit")) and p["commit"] != earlier for p in of["points"])
-    return earlier + (f"; {added} of them at {', '.join(later)}" if later else "")
+    later = [p["commit"] for p in of["points"] if p.get("commit", earlier) != earlier]
+    return earlier + (f"; {len(later)} of them at {', '.join(sorted(set(later)))}" if later else "")
 
 
 def section_auto_draws(ad: dict) -> list:

@@ -46,7 +46,7 @@ class AutoPlan:
     index: int
     candidate: str  # "per-layer" or "global magnitude"
     notes: list = field(default_factory=list)
-    # raises choose's InputError where the validation set cannot tell the smallest pruning from noise; for the
+    # raises choose's NoiseError where the validation set cannot tell the smallest pruning from noise; for the
     # caller to call where the plan ends at nothing pruned, by the search or by the full retraining stepping down
     resolvable: Callable[[], None] = lambda: None
 
@@ -82,7 +82,7 @@ def choose(layers: list[Dense], train: tuple, val: tuple, names: Sequence[str], 
     `judged` on the validation labels, from the candidate family predicted smallest. train, val: the
     tail's cached inputs and their labels, (h, y). A brief retraining moves a converged model by
     itself, so a trial is compared with the same brief retraining of the unpruned tail, sample by
-    sample (McNemar's noise of the flips). The AutoPlan's `resolvable` raises InputError where the
+    sample (McNemar's noise of the flips). The AutoPlan's `resolvable` raises errors.NoiseError where the
     validation set cannot tell the smallest pruning of the largest layer from noise."""
     (h, y), (h_val, y_val) = train, val
     quiet = replace(run, progress=False)  # a bar per brief retraining would drown the search's own
