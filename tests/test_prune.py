@@ -292,6 +292,43 @@ def test_auto_bisects_above_the_brief_choice_by_full_retraining(fmnist):
     assert result.top1_before - result.top1_after <= 0.02 + 1e-9
 
 
+def test_auto_bisects_the_plans_its_step_down_strode_over(fmnist):
+    import re
+
+    from pydsz.context import Run
+    from pydsz.model import activations
+    from pydsz.model.data import bundled
+    from pydsz.model.graph import TFLiteModel
+    from pydsz.prune.auto_retrain import AutoPlan, retrain_as
+    from pydsz.prune.masks import AUTO_LADDER
+    from pydsz.prune.retraining import _auto_budget, _final_auto, _trainable_tail
+    from pydsz.prune.train import logits
+
+    # a choice far above what the full retraining holds: the step down strides 16, 15, 13, 9, 1 (50% everywhere)
+    data = bundled("lenet300.tflite").read_bytes()
+    (x, y), (xv, yv) = fmnist
+    dense, tail_input = _trainable_tail(TFLiteModel(data), "fc1")
+    train = activations.capture(data, x, tail_input), np.asarray(y)
+    hv, yv = activations.capture(data, xv, tail_input), np.asarray(yv)
+    family = [{}] + [{l.name: s for l in dense} for s in AUTO_LADDER]
+    chosen = AutoPlan(family[-1], family, len(family) - 1, "global magnitude")
+    budget, common = _auto_budget(0.02), dict(settings=Retraining(epochs=0.5), teacher=None, run=Run())
+    kept, targets, schedule = _final_auto(dense, train, (hv, yv), chosen, budget, **common)
+
+    reference = np.argmax(logits(dense, hv), axis=1) == yv
+
+    def lost(layers) -> int:  # net of those gained, against the unpruned tail, as auto judges
+        hits = np.argmax(logits(layers, hv), axis=1) == yv
+        return int(np.sum(reference & ~hits)) - int(np.sum(~reference & hits))
+
+    note = next(n for n in chosen.notes if n.startswith("auto's choice lost more than its budget"))
+    assert int(re.search(r": (\d+) step\(s\) up", note).group(1)) >= 1, note  # without the bisection: 50%
+    index, allowed = family.index(targets), budget.allowed(len(yv))
+    assert lost(kept) <= allowed
+    # the most pruned that holds: the plan above it loses more (the last that failed, or one the bisection did)
+    assert lost(retrain_as(schedule, dense, train, family[index + 1], **common)) > allowed
+
+
 def _plan(note: str, layers) -> dict:
     """The plan a note of auto names ("auto, per-layer: fc1=0.9, fc2=0.85 (...)"), 0 for layers it leaves out."""
     import re
