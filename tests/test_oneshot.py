@@ -260,6 +260,19 @@ def test_oneshot_auto_prunes_within_the_budget_on_the_ladder(lenet300, calibrati
     assert result.top1_before - result.top1_after <= 0.01 + 1e-9
 
 
+@pytest.mark.slow
+def test_oneshot_auto_says_when_the_data_cannot_judge_pruning_at_all(lenet300, calibration):
+    """32 inputs and an output-error budget of 0.0005 (0.016 summed): pruning the largest layer by the ladder's
+    first rung moves the summed loss by a noise far above that, so no plan could be told from noise."""
+    from pydsz.errors import NoiseError
+
+    x, _ = load_npz(DATA / "fmnist_val.npz")
+    with pytest.raises(NoiseError, match=r"validation set of 32 samples too small for --max-loss 0.0005 \(output-error\): "
+                                         r"pruning fc1, the largest layer, by 0.5 .* give about \d+ samples"):
+        oneshot.prune_model(lenet300, calibration, (x[:32], None), "auto",
+                            auto_budget=Budget("output-error", 0.0005, option="--max-loss"))
+
+
 def test_oneshot_auto_decides_a_top1_budget_in_calibrated_top1_and_checks_it_on_the_labels(lenet300, calibration,
                                                                                           monkeypatch):
     """On 500 labels a 1-point budget lets 5 samples change, the noise of a plan's flips as large: its trials

@@ -25,7 +25,7 @@ from pydsz.budget.rule import Budget
 from pydsz.context import Run
 from pydsz.prune import auto_sparsity
 from pydsz.prune.gptq import DAMP, MAX_HESSIAN_BYTES, inverse_factor, sweep
-from pydsz.prune.masks import AUTO_LADDER, by_size, masks_for
+from pydsz.prune.masks import masks_for
 from pydsz.prune.train import ACTIVATIONS, Dense, Retraining, _softmax, logits, retrain
 
 # Multiply-adds the curves may spend per evaluation of the tail: their samples are as many as fit (at
@@ -119,15 +119,10 @@ def choose(layers: list[Dense], train: tuple, val: tuple, names: Sequence[str], 
                      f"{len(trials)} brief retrainings)")
     name, family, index, _ = min(found, key=lambda f: f[3])
 
-    def resolvable():
-        largest = by_size(list(names), {l.name: l.weight.size for l in layers})[0]
-        first = trial({largest: AUTO_LADDER[0]})
-        if judged.risk(0, first.noise) > allowed:
-            raise judged.noise_error(f"pruning {largest}, the largest layer, by {AUTO_LADDER[0]}", len(y_val),
-                                     first.noise)
-
+    sizes = {l.name: l.weight.size for l in layers if l.name in names}
     notes.append(f"auto chose the {name} plan")
-    return AutoPlan(dict(family[index]), family, index, name, notes, resolvable)
+    return AutoPlan(dict(family[index]), family, index, name, notes,
+                    lambda: auto_sparsity.check_resolvable(trial, sizes, judged, len(y_val), allowed))
 
 
 def oneshot_masks(layers: Sequence[Dense], h: np.ndarray, targets: dict) -> Optional[list[Dense]]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from pydsz.budget.knapsack import Option, minimize_size
 from pydsz.format import codec
-from pydsz.prune.masks import AUTO_LADDER, magnitude_mask
+from pydsz.prune.masks import AUTO_LADDER, by_size, magnitude_mask
 
 # The size model's bound, as a share of the standard deviation of the layer's unpruned weights: about
 # where compress's bounds land on pruned layers (bench/results/reference.json: 0.15-0.2 of it on the
@@ -188,6 +188,17 @@ def search(family: Sequence[Plan], trial: Callable[[Plan], Trial], progress: boo
             else:
                 hi = mid
     return lo_ok, measured
+
+
+def check_resolvable(trial: Callable[[Plan], Trial], sizes: Mapping[str, int], judged, n: int,
+                     allowed: float) -> None:
+    """Raises the errors.NoiseError of `judged` (a pydsz.budget.rule.Budget) where n samples cannot judge
+    pruning at all: the smallest step a search takes, the largest of the layers (`sizes`: weights by name)
+    pruned by the ladder's first rung, has a noise that alone, with the budget's margin, exceeds `allowed`."""
+    largest = by_size(list(sizes), sizes)[0]
+    first = trial({largest: AUTO_LADDER[0]})
+    if judged.risk(0, first.noise) > allowed:
+        raise judged.noise_error(f"pruning {largest}, the largest layer, by {AUTO_LADDER[0]}", n, first.noise)
 
 
 def describe(plan: Mapping[str, float]) -> str:

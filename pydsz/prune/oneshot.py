@@ -30,7 +30,7 @@ from pydsz.prune.gptq import (
     selectable,
     solve,
 )
-from pydsz.prune.masks import ALREADY_SPARSE, AUTO_LADDER, AUTO_MARGIN, by_size, density, sparsity_targets
+from pydsz.prune.masks import ALREADY_SPARSE, AUTO_MARGIN, density, sparsity_targets
 from pydsz.prune.retraining import PruneResult
 
 
@@ -187,11 +187,7 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
 
     index, trials = auto_sparsity.search(family, trial, run.progress)
     if index == 0:
-        largest = by_size(names, {l.name: int(np.prod(l.shape)) for l in layers})[0]
-        first = trial({largest: AUTO_LADDER[0]})
-        if judged.risk(0, first.noise) > allowed:
-            # its noise alone exceeds the budget
-            raise judged.noise_error(f"pruning {largest}, the largest layer, by {AUTO_LADDER[0]}", n, first.noise)
+        auto_sparsity.check_resolvable(trial, {l.name: int(np.prod(l.shape)) for l in layers}, judged, n, allowed)
     plan = family[index]
     note = (f"auto chose {auto_sparsity.describe(plan)} of {len(family)} plans (predicted "
             f"{auto_sparsity.predicted_bytes(curves, plan)} bytes; {len(trials)} one-shot trials)")
