@@ -292,41 +292,82 @@ def test_auto_bisects_above_the_brief_choice_by_full_retraining(fmnist):
     assert result.top1_before - result.top1_after <= 0.02 + 1e-9
 
 
-def test_auto_bisects_the_plans_its_step_down_strode_over(fmnist):
-    import re
-
-    from pydsz.context import Run
+@pytest.fixture(scope="module")
+def lenet300_tail(fmnist):
+    """LeNet-300-100's FC tail, its cached training and validation inputs, and the global family on the ladder."""
     from pydsz.model import activations
     from pydsz.model.data import bundled
     from pydsz.model.graph import TFLiteModel
-    from pydsz.prune.auto_retrain import AutoPlan, retrain_as
     from pydsz.prune.masks import AUTO_LADDER
-    from pydsz.prune.retraining import _auto_budget, _final_auto, _trainable_tail
-    from pydsz.prune.train import logits
+    from pydsz.prune.retraining import _trainable_tail
 
-    # a choice far above what the full retraining holds: the step down strides 16, 15, 13, 9, 1 (50% everywhere)
     data = bundled("lenet300.tflite").read_bytes()
     (x, y), (xv, yv) = fmnist
     dense, tail_input = _trainable_tail(TFLiteModel(data), "fc1")
     train = activations.capture(data, x, tail_input), np.asarray(y)
-    hv, yv = activations.capture(data, xv, tail_input), np.asarray(yv)
-    family = [{}] + [{l.name: s for l in dense} for s in AUTO_LADDER]
+    val = activations.capture(data, xv, tail_input), np.asarray(yv)
+    return dense, train, val, [{}] + [{l.name: s for l in dense} for s in AUTO_LADDER]
+
+
+def _flips(dense, val, layers) -> tuple[int, int]:
+    """Validation samples lost net of those gained against the unpruned tail, as auto judges; and those changed."""
+    from pydsz.prune.train import logits
+
+    hv, yv = val
+    reference, hits = (np.argmax(logits(tail, hv), axis=1) == yv for tail in (dense, layers))
+    return int(np.sum(reference & ~hits)) - int(np.sum(~reference & hits)), int(np.sum(reference != hits))
+
+
+def test_auto_bisects_the_plans_its_step_down_strode_over(lenet300_tail):
+    import re
+
+    from pydsz.context import Run
+    from pydsz.prune.auto_retrain import AutoPlan, retrain_as
+    from pydsz.prune.retraining import _auto_budget, _final_auto
+
+    # a choice far above what the full retraining holds: the step down strides 16, 15, 13, 9, 1 (50% everywhere)
+    dense, train, val, family = lenet300_tail
     chosen = AutoPlan(family[-1], family, len(family) - 1, "global magnitude")
     budget, common = _auto_budget(0.02), dict(settings=Retraining(epochs=0.5), teacher=None, run=Run())
-    kept, targets, schedule = _final_auto(dense, train, (hv, yv), chosen, budget, **common)
-
-    reference = np.argmax(logits(dense, hv), axis=1) == yv
-
-    def lost(layers) -> int:  # net of those gained, against the unpruned tail, as auto judges
-        hits = np.argmax(logits(layers, hv), axis=1) == yv
-        return int(np.sum(reference & ~hits)) - int(np.sum(~reference & hits))
+    kept, targets, schedule = _final_auto(dense, train, val, chosen, budget, **common)
 
     note = next(n for n in chosen.notes if n.startswith("auto's choice lost more than its budget"))
     assert int(re.search(r": (\d+) step\(s\) up", note).group(1)) >= 1, note  # without the bisection: 50%
-    index, allowed = family.index(targets), budget.allowed(len(yv))
-    assert lost(kept) <= allowed
+    index, allowed = family.index(targets), budget.allowed(len(val[1]))
+    assert _flips(dense, val, kept)[0] <= allowed
     # the most pruned that holds: the plan above it loses more (the last that failed, or one the bisection did)
-    assert lost(retrain_as(schedule, dense, train, family[index + 1], **common)) > allowed
+    assert _flips(dense, val, retrain_as(schedule, dense, train, family[index + 1], **common))[0] > allowed
+
+
+def test_auto_climbs_only_from_a_plan_within_the_margin_a_step_up_needs(lenet300_tail, monkeypatch):
+    import math
+
+    from pydsz.budget.rule import risk
+    from pydsz.context import Run
+    from pydsz.prune import auto_retrain
+    from pydsz.prune.retraining import _auto_budget, _final_auto
+
+    # 75% everywhere, half an epoch: 17 of 1,000 validation samples lost against 20 allowed, 67 changed, so not
+    # within by the margin of the flips' noise (one sd here: 17 + 8.2): plans above, pruning more, would pass it
+    # only by luck
+    dense, train, val, family = lenet300_tail
+    retrainings = []
+
+    def counted(*args, **kwargs):
+        retrainings.append(args[0])
+        return real(*args, **kwargs)
+
+    real = auto_retrain.retrain_as
+    monkeypatch.setattr(auto_retrain, "retrain_as", counted)
+    chosen = auto_retrain.AutoPlan(family[4], family, 4, "global magnitude")
+    budget = _auto_budget(0.02)
+    kept, targets, _ = _final_auto(dense, train, val, chosen, budget, settings=Retraining(epochs=0.5), teacher=None,
+                                   run=Run())
+    assert targets == family[4] and family[4]["fc1"] == 0.75
+    (lost, changed), allowed = _flips(dense, val, kept), budget.allowed(len(val[1]))
+    assert lost <= allowed < risk(lost, math.sqrt(changed), budget.margin)
+    assert any("without bisecting above it" in n for n in chosen.notes), chosen.notes
+    assert len(retrainings) == 2, retrainings  # the two schedules compared at the plan, nothing above it
 
 
 def _plan(note: str, layers) -> dict:

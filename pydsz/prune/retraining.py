@@ -124,11 +124,11 @@ def _final_auto(dense, train: tuple, val: tuple, chosen, judged: Budget, teacher
     full one loses (LeNet-300-100 at 94/92/50%: 150 validation samples after one epoch, 65 after four,
     about 20 after 24), so their choice is a floor. A plan that loses more than the budget allows steps
     down its family by doubling strides until one does (nothing pruned at the bottom), then bisects the plans
-    it stepped over; one that keeps within it bisects the rest of the family above it. Each bisection is a
-    full retraining of the same schedule a step (at most CLIMB); a step above the brief choice is kept only
-    within the budget with its margin of noise (the most pruned of several noisy passes would otherwise be
-    the luckiest: on 500 validation samples such a plan lost 2.15 test points for 0.8 measured), a margin
-    widened for the CLIMB looks where the budget is noisy (below).
+    it stepped over; one that keeps within it bisects the rest of the family above it, where it keeps within
+    by the margin a step up needs. Each bisection is a full retraining of the same schedule a step (at most
+    CLIMB); a step above the brief choice is kept only within the budget with its margin of noise (the most
+    pruned of several noisy passes would otherwise be the luckiest: on 500 validation samples such a plan lost
+    2.15 test points for 0.8 measured), a margin widened for the CLIMB looks where the budget is noisy (below).
     Returns the layers, the plan kept and its schedule."""
     (h_val, y_val), device = val, run.device
     allowed = judged.allowed(len(y_val))
@@ -185,7 +185,12 @@ def _final_auto(dense, train: tuple, val: tuple, chosen, judged: Budget, teacher
         # budget of 2: a brief trial passed by luck of its flips, every full retraining lost more)
         chosen.resolvable()
         return dense, {}, "nothing"
-    if failed is None:
+    if failed is None and not within_margin(layers):
+        # the plans above prune more: beside this one, they would pass the climb's margin only by luck (mlp-d, 500
+        # labels: the climbs from such plans went up no step and took half the command's time)
+        chosen.notes.append("auto kept the brief trials' choice without bisecting above it: its full retraining is "
+                            f"within the budget but not by the margin of noise ({climb_margin:.2f} sd) a step up needs")
+    elif failed is None:
         lo, layers, targets, tried = bisect(index, len(chosen.family) - 1, layers, targets, within_margin)
         chosen.notes.append(f"auto bisected the {len(chosen.family) - 1 - index} plan(s) above the brief trials' "
                             f"choice by {tried} full retraining(s): {lo - index} step(s) up")
@@ -194,9 +199,10 @@ def _final_auto(dense, train: tuple, val: tuple, chosen, judged: Budget, teacher
         # bisected, each judged as the step down judged them (mlp-d, 500 labels: 7 of 10 brief choices failed their
         # full retraining, and on three draws this gained 4-30% of the ratio with every draw within 1 test point)
         lo, layers, targets, tried = bisect(index, failed - 1, layers, targets, lambda l: lost(l) <= allowed)
+        between = failed - 1 - index
         chosen.notes.append(f"auto's choice lost more than its budget after full retraining: stepped down "
-                            f"{chosen.index - index} plan(s), then bisected the {failed - 1 - index} plan(s) below the "
-                            f"last that failed by {tried} full retraining(s): {lo - index} step(s) up")
+                            f"{chosen.index - index} plan(s)" + (f", then bisected the {between} plan(s) below the last "
+                            f"that failed by {tried} full retraining(s): {lo - index} step(s) up" if between else ""))
     return layers, targets, schedule
 
 
