@@ -186,8 +186,9 @@ def _final_auto(dense, train: tuple, val: tuple, chosen, judged: Budget, teacher
         chosen.resolvable()
         return dense, {}, "nothing"
     if failed is None and not within_margin(layers):
-        # the plans above prune more: beside this one, they would pass the climb's margin only by luck (mlp-d, 500
-        # labels: the climbs from such plans went up no step and took half the command's time)
+        # the plans above prune more: beside this one, they would pass the climb's margin only by luck (500 labels:
+        # mlp-d's climbs from such plans went up no step and took half of dsz prune's time; mlp-b's went up to a
+        # plan that lost 1.44 test points against 1 allowed)
         chosen.notes.append("auto kept the brief trials' choice without bisecting above it: its full retraining is "
                             f"within the budget but not by the margin of noise ({climb_margin:.2f} sd) a step up needs")
     elif failed is None:
