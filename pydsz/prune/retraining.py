@@ -185,17 +185,7 @@ def _final_auto(dense, train: tuple, val: tuple, chosen, judged: Budget, teacher
         # budget of 2: a brief trial passed by luck of its flips, every full retraining lost more)
         chosen.resolvable()
         return dense, {}, "nothing"
-    if failed is None and not within_margin(layers):
-        # the plans above prune more: beside this one, they would pass the climb's margin only by luck (500 labels:
-        # mlp-d's climbs from such plans went up no step and took half of dsz prune's time; mlp-b's went up to a
-        # plan that lost 1.44 test points against 1 allowed)
-        chosen.notes.append("auto kept the brief trials' choice without bisecting above it: its full retraining is "
-                            f"within the budget but not by the margin of noise ({climb_margin:.2f} sd) a step up needs")
-    elif failed is None:
-        lo, layers, targets, tried = bisect(index, len(chosen.family) - 1, layers, targets, within_margin)
-        chosen.notes.append(f"auto bisected the {len(chosen.family) - 1 - index} plan(s) above the brief trials' "
-                            f"choice by {tried} full retraining(s): {lo - index} step(s) up")
-    else:
+    if failed is not None:
         # the doubling strides overshoot: the plans between the last that failed and the first that passed are
         # bisected, each judged as the step down judged them (mlp-d, 500 labels: 7 of 10 brief choices failed their
         # full retraining, and on three draws this gained 4-30% of the ratio with every draw within 1 test point)
@@ -204,6 +194,16 @@ def _final_auto(dense, train: tuple, val: tuple, chosen, judged: Budget, teacher
         chosen.notes.append(f"auto's choice lost more than its budget after full retraining: stepped down "
                             f"{chosen.index - index} plan(s)" + (f", then bisected the {between} plan(s) below the last "
                             f"that failed by {tried} full retraining(s): {lo - index} step(s) up" if between else ""))
+    elif within_margin(layers):
+        lo, layers, targets, tried = bisect(index, len(chosen.family) - 1, layers, targets, within_margin)
+        chosen.notes.append(f"auto bisected the {len(chosen.family) - 1 - index} plan(s) above the brief trials' "
+                            f"choice by {tried} full retraining(s): {lo - index} step(s) up")
+    else:
+        # the plans above prune more: beside this one, they would pass the climb's margin only by luck (500 labels:
+        # mlp-d's climbs from such plans went up no step and took half of dsz prune's time; mlp-b's went up to a
+        # plan that lost 1.44 test points against 1 allowed)
+        chosen.notes.append("auto kept the brief trials' choice without bisecting above it: its full retraining is "
+                            f"within the budget but not by the margin of noise ({climb_margin:.2f} sd) a step up needs")
     return layers, targets, schedule
 
 
