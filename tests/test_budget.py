@@ -3,13 +3,18 @@ noisy passes kept must not pass an over-budget choice more often than one pass a
 default the metric's (two standard errors for the output metrics, one for the labels')."""
 
 import math
+import re
 from statistics import NormalDist
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from pydsz.budget import metrics
 from pydsz.budget.rule import Budget
+from pydsz.errors import InputError
 
 
 def budget(margin):
@@ -83,3 +88,39 @@ def test_what_an_earlier_step_spent_is_counted_by_each_metric_as_it_measured_it(
     # as one count where nothing says otherwise, and without labels the decisions are the budget itself
     assert Budget("top1", 0.01, spent=4 / 500).decisions(labelled=True).allowed(500) == pytest.approx(1)
     assert pruned.decisions(labelled=False) is pruned
+
+
+def test_a_budget_that_cannot_hold_the_cheapest_changes_is_refused_with_the_samples_that_would():
+    # expected-top1 at 0.3 points on 32 samples allows 0.096; with 1 sd in hand the two cheapest changes count
+    judged = Budget("expected-top1", 0.003)
+    costs = np.concatenate([[0.05, 0.06], np.full(30, 0.9)])
+    with pytest.raises(InputError, match=r"32 samples are too few .* the 2 whose predictions are the cheapest to "
+                                         r"change would lose 0\.11 .* use about \d+ samples drawn alike "
+                                         r"\(or a larger --max-loss or --margin 0\)"):
+        judged.warnings(32, costs)
+    assert judged.warnings(32, np.concatenate([[0.04, 0.05], np.full(30, 0.9)])) == []
+    assert Budget("expected-top1", 0.003, 0.5).warnings(32, costs) == []  # 0.05 + half of 0.06
+    assert judged.warnings(32) == []  # no costs, no such check (the metrics that have none)
+    with pytest.raises(InputError, match=r"use a larger --max-loss$"):
+        Budget("expected-top1", 0.003, spent=0.003).warnings(32, costs)  # nothing left to spend
+
+
+@given(costs=hnp.arrays(np.float64, st.integers(2, 60), elements=st.floats(0, 1)),
+       max_loss=st.floats(0.0005, 0.05), margin=st.sampled_from([0.0, 0.5, 1.0, 2.0]))
+def test_the_cheapest_changes_are_refused_exactly_where_they_exceed_the_budget(costs, max_loss, margin):
+    judged, n = Budget("expected-top1", max_loss, margin), len(costs)
+    ascending = np.sort(costs)
+    whole = int(1 + margin)
+    cheapest = ascending[:whole].sum() + ((1 + margin - whole) * ascending[whole] if whole < n else 0.0)
+    try:
+        judged.warnings(n, costs)
+    except InputError as error:
+        assert cheapest > max_loss * n
+        said = re.search(r"use about (\d+) samples", str(error))
+        if said:  # the samples named hold the cheapest changes of as many drawn like these
+            need = int(said.group(1))
+            grown = np.quantile(costs, (np.arange(math.ceil(1 + margin)) + 0.5) / need)
+            assert need > n and grown[:whole].sum() + (1 + margin - whole) * (grown[whole] if whole < len(grown) else 0) \
+                <= max_loss * need + 1e-12
+    else:
+        assert cheapest <= max_loss * n

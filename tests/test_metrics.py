@@ -407,6 +407,29 @@ def test_too_few_samples_for_the_budget_is_said_not_hidden(val_all):
     assert any("about 3334 samples would resolve" in w for w in result.warnings)
 
 
+def test_unlabelled_samples_too_few_to_see_a_prediction_change_are_refused(val, tmp_path):
+    # LeNet-300-100 compressed at expected-top1 0.3 points on 32 unlabelled images changed none of them and lost
+    # 0.6-3.0 points on the test images (Budget._holds_cheapest_changes); the first 32 validation images' two
+    # cheapest changes cost 0.46 of a sample where 0.096 are allowed, the first 128's 0.09 of 0.384
+    from pydsz.prune import oneshot
+
+    data = bundled("lenet300.tflite").read_bytes()
+    with pytest.raises(InputError, match=r"32 samples are too few to resolve max-loss 0.003 in expected-top1: the 2 "
+                                         r".* use about \d+ samples drawn alike"):
+        pipeline.compress(data, val[0][:32], None)
+    # one-shot auto pruning judged on them: its plan of 87.5/50% changed none of the 32 and lost 3.2 points
+    with pytest.raises(InputError, match="32 samples are too few to resolve max-loss 0.0001 in expected-top1"):
+        oneshot.prune_model(data, val[0][:256], (val[0][:32], None), "auto",
+                            auto_budget=Budget("expected-top1", 0.0001, option="--max-loss"))
+    costs = metrics.get("expected-top1").change_costs({"scores": runtime.predict(data, val[0][:128])})
+    assert Budget("expected-top1").warnings(128, costs) == []
+    np.savez(tmp_path / "x.npz", x=val[0][:32])
+    result = subprocess.run([sys.executable, "-m", "pydsz.cli", "compress", bundled("lenet300.tflite"), "--data",
+                             tmp_path / "x.npz", "-o", tmp_path / "m.dsz"], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.startswith("dsz: error: 32 samples are too few")
+    assert "Traceback" not in result.stderr and not (tmp_path / "m.dsz").exists()
+
+
 def test_a_budget_of_one_labelled_sample_is_decided_on_probabilities_and_checked_on_labels(val_all):
     # 200 labels at 0.5 points let one sample change: top1's margin counts it as two, so deciding in top1
     # could only keep the model as it is; calibrated-top1 decides on all 200 and the labels check the file

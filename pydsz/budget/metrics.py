@@ -137,6 +137,14 @@ class Metric:
         """What people read for a mean loss (top-1 shows accuracy, psnr dB)."""
         return mean_loss
 
+    def change_costs(self, reference: Outputs) -> Optional[np.ndarray]:
+        """Per sample, what its loss grows by where its prediction changes the cheapest way, for a
+        metric whose losses move only where a prediction changes but by less than a whole sample
+        (expected-top1): a measurement that changes none of the samples says little unless the budget
+        holds the cheapest of them changing (Budget.warnings). None for the others: the discrete
+        metrics' changes cost one sample each, the output metrics' losses move with every change."""
+        return None
+
     def noise(self, losses: np.ndarray, base: np.ndarray) -> float:
         """The standard deviation of the summed paired differences losses - base (divided by the
         number of samples: the standard error of their mean)."""
@@ -239,6 +247,12 @@ class ExpectedTop1(Metric):
 
     def allowed_mean(self, max_loss: float) -> float:
         return _share(self, max_loss)
+
+    def change_costs(self, reference):
+        # the cheapest change moves a sample to its runner-up class: p(a) - p(b) of a correct answer
+        top = np.sort(as_probabilities(_scores(reference, self), next(iter(self.select(reference))) in self.probabilities),
+                      axis=1)
+        return top[:, -1] - top[:, -2]
 
     def noise(self, losses, base):
         kept, moved = 1.0 - base, 1.0 - losses  # p(a), p(b)

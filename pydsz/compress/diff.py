@@ -121,7 +121,7 @@ def diff(base: bytes, new: bytes, x, y=None, budget: Union[None, float, Budget] 
     evaluator = Evaluator(new, x, y, changed, budget.metric, run=run, compensator=compensator)
     evaluator.predict_from({n: held.weight(n) for n in changed if _delta_coded(held, model, n)})
     n = evaluator.samples
-    warnings = budget.warnings(n) + notes + evaluator.notes
+    warnings = budget.warnings(n, evaluator.metric.change_costs(evaluator.outputs)) + notes + evaluator.notes
     made = _update(held, model, evaluator, budget, run)
     result = DiffResult(made.update, made.patched, [
         DiffLayer(name, made.kinds.get(name, "lossless"), bound, made.sizes.get(name, 0), model.layer(name).nbytes)

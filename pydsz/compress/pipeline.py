@@ -225,7 +225,7 @@ def compress(
         if compensation.on(len(x[0])) else (None, []))
     evaluator = Evaluator(data, x, y, names, deciding, run=run, compensator=compensator)
     n = evaluator.samples
-    checks = budget.checked_warnings(n, decisions)
+    checks = budget.checked_warnings(n, decisions, evaluator.metric.change_costs(evaluator.outputs))
     warnings = checks + compensation_warnings + evaluator.notes
     base = float(np.mean(metric.losses(evaluator.outputs, evaluator.outputs, evaluator.y)))
     before = metric.value(base)

@@ -95,8 +95,9 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
     names = [l.name for l in compressible_layers(model, layers)]
     judge = Evaluator(data, x, y, names, metric, run=replace(run, device="cpu", executor=None))
     n = judge.samples
-    budget.warnings(n)  # the whole budget, named as the user gave it
-    shares = _resolvable(RETRAIN_SHARES if retrain else SHARES, metric, max_loss, margin, n)
+    costs = judge.metric.change_costs(judge.outputs)
+    budget.warnings(n, costs)  # the whole budget, named as the user gave it
+    shares = _resolvable(RETRAIN_SHARES if retrain else SHARES, metric, max_loss, margin, n, costs)
     best: Optional[tuple[Result, Split]] = None
     tried = []
     calibration = x if pruning.calibration is None else pruning.calibration
@@ -175,12 +176,13 @@ def _count_pruning(memory: dict, pruning: dict) -> None:
         memory["one-shot pruning's Hessians" + (", beyond that" if len(memory) > len(evaluating) else "")] = beyond
 
 
-def _resolvable(shares, metric, max_loss: float, margin: float, n: int) -> list[float]:
-    """The shares whose pruning budget n samples can resolve; an InputError naming --max-loss where none can."""
+def _resolvable(shares, metric, max_loss: float, margin: float, n: int, costs) -> list[float]:
+    """The shares whose pruning budget n samples can resolve (costs: the metric's change_costs on them); an
+    InputError naming --max-loss where none can."""
     kept, error = [], None
     for share in shares:
         try:
-            Budget(metric, share * max_loss, margin).warnings(n)
+            Budget(metric, share * max_loss, margin).warnings(n, costs)
             kept.append(share)
         except InputError as exc:
             error = exc

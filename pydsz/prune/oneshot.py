@@ -160,7 +160,7 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     deciding = decisions.metric
     judge = Evaluator(tflite_bytes, x_val, y_val, names, deciding, run=quiet)
     n = judge.samples
-    warnings = judged.checked_warnings(n, decisions)
+    warnings = judged.checked_warnings(n, decisions, judge.metric.change_costs(judge.outputs))
     checked = judged.allowed(n)
     judged, allowed = decisions, decisions.allowed(n)
     # the curves rank by a smooth loss where the budget's moves by whole samples
