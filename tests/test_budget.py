@@ -95,13 +95,14 @@ def test_a_budget_that_cannot_hold_the_cheapest_changes_is_refused_with_the_samp
     judged = Budget("expected-top1", 0.003)
     costs = np.concatenate([[0.05, 0.06], np.full(30, 0.9)])
     with pytest.raises(InputError, match=r"32 samples are too few .* the 2 whose predictions are the cheapest to "
-                                         r"change would lose 0\.11 .* use about \d+ samples drawn alike "
-                                         r"\(or a larger --max-loss or --margin 0\)"):
+                                         r"change would lose 0\.11 .* use about \d+ samples drawn alike, or "
+                                         r"--max-loss 0\.0035 or more, or --margin 0$"):
         judged.warnings(32, costs)
     assert judged.warnings(32, np.concatenate([[0.04, 0.05], np.full(30, 0.9)])) == []
     assert Budget("expected-top1", 0.003, 0.5).warnings(32, costs) == []  # 0.05 + half of 0.06
     assert judged.warnings(32) == []  # no costs, no such check (the metrics that have none)
-    with pytest.raises(InputError, match=r"use a larger --max-loss$"):
+    assert Budget("expected-top1", 0.0035).warnings(32, costs) == []  # the --max-loss it named
+    with pytest.raises(InputError, match=r"use --max-loss 0\.0065 or more$"):
         Budget("expected-top1", 0.003, spent=0.003).warnings(32, costs)  # nothing left to spend
 
 
@@ -116,6 +117,9 @@ def test_the_cheapest_changes_are_refused_exactly_where_they_exceed_the_budget(c
         judged.warnings(n, costs)
     except InputError as error:
         assert cheapest > max_loss * n
+        least = re.search(r"--max-loss (\S+) or more", str(error))
+        if least:  # the --max-loss named holds them: no InputError
+            Budget("expected-top1", float(least.group(1)), margin).warnings(n, costs)
         said = re.search(r"use about (\d+) samples", str(error))
         if said:  # the samples named hold the cheapest changes of as many drawn like these
             need = int(said.group(1))

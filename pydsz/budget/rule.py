@@ -163,16 +163,21 @@ class Budget:
                 break
         else:
             need = None
-        instead = [f"a larger {self.option}"]
+        ways = [f"about {need} samples drawn alike"] if need else []
+        least = _round_up(cost / n + self.spent)  # the max_loss whose allowance holds them
+        try:
+            self.metric.allowed_mean(least)
+            ways.append(f"{self.option} {least:g} or more")
+        except InputError:  # beyond what the metric can state
+            pass
         if self.margin_option and self.margin > 0 and _cheapest(np.sort(costs), 1.0) <= allowed:
-            instead.append(f"{self.margin_option} 0")
-        instead = " or ".join(instead)
+            ways.append(f"{self.margin_option} 0")
         raise InputError(
             f"{n} samples are too few to resolve {self.option.lstrip('-')} {self.max_loss:g} in {self.metric.name}: "
             f"the {count:g} whose predictions are the cheapest to change would lose {cost:.2g} of a sample "
             f"together, more than the {allowed:.2g} the budget allows, so a plan could pass only by changing none "
-            f"of the {n}, which bounds what it changes on other data only to about 1 in {n}; "
-            + (f"use about {need} samples drawn alike (or {instead})" if need else f"use {instead}"))
+            f"of the {n}, which bounds what it changes on other data only to about 1 in {n}; use "
+            + (", or ".join(ways) or "more samples"))
 
     def decisions(self, labelled: bool) -> "Budget":
         """The budget the decisions measure in: with labels, a top1 budget's in calibrated-top1
@@ -228,3 +233,9 @@ def _cheapest(ascending: np.ndarray, count: float) -> float:
     whole = int(count)
     partial = (count - whole) * ascending[whole] if whole < len(ascending) else 0.0
     return float(np.sum(ascending[:whole]) + partial)
+
+
+def _round_up(x: float, digits: int = 2) -> float:
+    """x > 0 rounded up to `digits` significant digits."""
+    step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return max(x, round(math.ceil(x / step) * step, 12))
