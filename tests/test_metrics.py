@@ -617,3 +617,21 @@ def test_a_quantized_output_that_the_data_never_moves_beyond_one_step_is_named()
     still = {"p": np.where(np.arange(64) % 9 == 0, step, 0.0).astype(np.float32).reshape(64, 1)}
     assert "one step of its quantization apart" in unexercised(still, {"p": step})
     assert unexercised({"p": still["p"] * 3}, {"p": step}) is None
+
+
+@given(hnp.arrays(np.float64, st.tuples(st.integers(1, 30), st.integers(2, 6)), elements=st.floats(-8, 8)),
+       st.integers(0, 2 ** 31 - 1))
+def test_expected_top1_counted_from_the_original_adds_up_over_steps(original, seed):
+    # pruning then compression, each judged against the model before it: priced by the original's
+    # probabilities (counted_from), the two steps' losses are the file's from the original, sample by sample
+    rng = np.random.default_rng(seed)
+    pruned, compressed = (original + rng.normal(0, 2, original.shape) for _ in range(2))
+    metric = metrics.get("expected-top1")
+    step = lambda m, after, before: m.losses({"s": after}, {"s": before}, None) - m.losses({"s": before}, {"s": before}, None)  # noqa: E731
+    priced = metric.counted_from({"s": original})
+    total = step(metric, compressed, original)
+    assert np.allclose(step(metric, pruned, original) + step(priced, compressed, pruned), total)
+    costs = priced.change_costs({"s": pruned})  # what changing the pruned model's prediction costs, so priced
+    top = np.argsort(-pruned, axis=1, kind="stable")
+    p = probabilities.softmax(original)
+    assert np.allclose(costs, p[np.arange(len(p)), top[:, 0]] - p[np.arange(len(p)), top[:, 1]])

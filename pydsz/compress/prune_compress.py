@@ -145,7 +145,9 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
             # them, from the original, is within the budget. Checked within what the larger count left, a plan
             # losing no labels for 2.3 samples calibrated (mlp-d, 500 labels) left the bounds' check 2 of 5
             spent, spent_deciding = labelled / n, spent
-        result = compress(pruned.tflite, x, y, replace(budget, spent=spent, spent_deciding=spent_deciding),
+        # without labels, the bounds' losses priced as pruning's were, by the original (counted_from)
+        priced = budget.metric if apart else deciding.counted_from(judge.outputs)
+        result = compress(pruned.tflite, x, y, replace(budget, metric=priced, spent=spent, spent_deciding=spent_deciding),
                           compensation=compensation, run=run, layers=choice)
         if not retrain:
             _count_pruning(result.memory, pruning_memory)
