@@ -3,12 +3,13 @@
 For LeNet-300-100 and LeNet-5, as given and magnitude-pruned (bench/label_free.py's four models),
 `pipeline.compress` at expected-top1 --max-loss (the default without labels) on --draws random draws of
 each size in --samples from the validation split, judged by the real top-1 loss on the 10,000 test
-images with their labels. A run either answers (its ratio, and whether the test loss is within the
+images with their labels. --prune: `dsz compress --prune auto` instead (prune_compress.compress_pruned,
+one-shot pruning calibrated on the same samples), on the two models as given. A run either answers (its ratio, and whether the test loss is within the
 budget) or refuses with an InputError where the samples cannot resolve the budget
 (pydsz.budget.rule.Budget._holds_cheapest_changes: the message names the samples that would). The
 target: every answer within the budget on test.
 
-Usage: python3 bench/label_free_few.py [--max-loss 0.003] [--samples 32,64,128] [--draws 3] [--json PATH]
+Usage: python3 bench/label_free_few.py [--max-loss 0.003] [--samples 32,64,128] [--draws 3] [--prune] [--json PATH]
 """
 import argparse
 import json
@@ -25,7 +26,7 @@ from label_free import models  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 from pydsz.budget.rule import Budget  # noqa: E402
-from pydsz.compress import pipeline  # noqa: E402
+from pydsz.compress import pipeline, prune_compress  # noqa: E402
 from pydsz.errors import InputError  # noqa: E402
 from pydsz.format import container  # noqa: E402
 from pydsz.model import runtime  # noqa: E402
@@ -38,11 +39,13 @@ def main() -> int:
     parser.add_argument("--max-loss", type=float, default=0.003)
     parser.add_argument("--samples", default="32,64,128")
     parser.add_argument("--draws", type=int, default=3)
-    parser.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "label_free_few.json"))
+    parser.add_argument("--prune", action="store_true", help="--prune auto, one-shot on the same samples")
+    parser.add_argument("--json", default=None, help="default: bench/results/label_free_few[_prune].json")
     args = parser.parse_args()
+    args.json = args.json or os.path.join(ROOT, "bench", "results", f"label_free_few{'_prune' if args.prune else ''}.json")
     val, test = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
     rows = []
-    for title, model in models():
+    for title, model in models()[::2] if args.prune else models():
         test_top1 = runtime.accuracy(model, *test)
         for n in map(int, args.samples.split(",")):
             for draw in range(args.draws):
@@ -50,7 +53,9 @@ def main() -> int:
                 row = {"model": title, "samples": n, "draw": draw}
                 start = time.perf_counter()
                 try:
-                    result = pipeline.compress(model, x, None, Budget("expected-top1", args.max_loss))
+                    budget = Budget("expected-top1", args.max_loss)
+                    result = (prune_compress.compress_pruned(model, x, None, budget)[0] if args.prune
+                              else pipeline.compress(model, x, None, budget))
                 except InputError as error:
                     row["refused"] = str(error)
                 else:
@@ -61,7 +66,7 @@ def main() -> int:
                 rows.append(row)
                 print(title, n, draw, "refused" if "refused" in row else f"{row['ratio']:.1f}x", file=sys.stderr,
                       flush=True)
-    print(f"expected-top1 --max-loss {args.max_loss} on draws of the validation images; test top-1 loss in points "
+    print(f"{'--prune auto, ' if args.prune else ''}expected-top1 --max-loss {args.max_loss} on draws of the validation images; test top-1 loss in points "
           "on the 10,000 test images")
     print(format_table(["model", "samples", "draw", "answer", "test top-1 loss", "held", "s"], [
         [r["model"], r["samples"], r["draw"], "refused" if "refused" in r else f"{r['ratio']:.1f}x",
@@ -72,7 +77,7 @@ def main() -> int:
     print(f"{'MET' if held == len(answered) else 'NOT MET'}  answers within the budget on test: {held} of "
           f"{len(answered)} ({len(rows) - len(answered)} refused)")
     with open(args.json, "w") as f:
-        json.dump({"max_loss": args.max_loss, "machine": machine_info(), "rows": rows}, f, indent=1)
+        json.dump({"max_loss": args.max_loss, "prune": args.prune, "machine": machine_info(), "rows": rows}, f, indent=1)
     return 0
 
 

@@ -607,3 +607,32 @@ def test_the_memory_bound_counts_the_kernels_temporaries_and_the_compensation(le
     assert parts["compensation factors"] == 8 * (800 * 800 + 500 * 500)
     assert parts["compensated weights kept"] == 4 * (50 * 5 * 5 * 20 + 500 * 800)  # conv2, fc1 in float32
     assert parts["a Hessian at work"] == 3 * 8 * 800 * 800 + 3 * 8 * gptq.PATCH_VALUES
+
+
+def test_one_shot_trials_are_judged_on_samples_their_hessians_never_saw():
+    x = load_npz(bundled("fmnist_val.npz"))[0]
+    judged, other = x[:64], x[64:96]
+    folds = oneshot._crossfit(judged, judged)
+    assert [len(m) for m, _ in folds] == [32, 32]
+    for measured, fitting in folds:  # each half pruned on the other half alone
+        assert len(fitting) == 32 and not {s.tobytes() for s in judged[measured]} & {s.tobytes() for s in fitting}
+    assert oneshot._crossfit(other, judged) is None  # calibration apart from the data: nothing to cross-fit
+    mixed = oneshot._crossfit(np.concatenate([other, judged[:40]]), judged)  # partly shared: the rest kept
+    assert all(len(fitting) == 32 + 40 - np.sum(measured < 40) for measured, fitting in mixed)
+    assert oneshot._crossfit(judged[:15], judged[:15]) is None  # too few to split
+
+
+@pytest.mark.slow
+def test_prune_auto_without_labels_holds_its_budget_where_the_data_calibrates_the_pruning():
+    # LeNet-5, --prune auto at 1 point on 128 unlabelled images, one-shot pruning calibrated on them: trials
+    # judged on the Hessians' own samples kept 80/50% that changed none of the 128 and lost 1.90 test points
+    from pydsz.compress import prune_compress
+    from pydsz.format import container
+
+    val, test = load_npz(bundled("fmnist_val.npz")), load_npz(bundled("fmnist_test.npz"))
+    data = bundled("lenet5.tflite").read_bytes()
+    x = val[0][np.random.default_rng(0).choice(len(val[0]), 128, replace=False)]
+    result, split = prune_compress.compress_pruned(data, x, None, 0.01)
+    assert split.sparsity  # it still prunes
+    lost = runtime.accuracy(data, *test) - runtime.accuracy(container.load(result.dsz).tflite_bytes(), *test)
+    assert lost <= 0.01

@@ -12,7 +12,6 @@ smaller files without the loss fitting the samples it is measured on.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
@@ -21,6 +20,7 @@ import numpy as np
 from pydsz.errors import InputError
 from pydsz.format import delta
 from pydsz.model import runtime
+from pydsz.model.data import CROSSFIT_SAMPLES, sample_count, sample_digests, take_samples, two_halves
 from pydsz.model.graph import TFLiteModel
 from pydsz.prune.gptq import (
     DAMP,
@@ -49,9 +49,6 @@ SOLVED_BYTES = 64 << 20
 # columns in act-order, the error blocks' products and the results: 4.8 measured on BirdNET's 6522x1024
 # location head, besides what the allocator keeps)
 SOLVE_COPIES = 6
-# Cross-fitting splits the data in two; below this many samples each half's Hessians say too little
-# for compensation to pay, and it stays off unless asked for (then fitted on the data, with the warning)
-CROSSFIT_SAMPLES = 16
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,7 @@ class Compensator:
         self.layers = {name: self.model.layer(name) for name in layers}
         check_memory(list(self.layers.values()), max_hessian_bytes)
         self.x, self.damp, self.num_threads = x, damp, num_threads
-        self.warnings = rank_warnings(self.model, list(self.layers.values()), _samples(x))
+        self.warnings = rank_warnings(self.model, list(self.layers.values()), sample_count(x))
         # per layer, for each of its groups: the order its columns are swept in, and the factor for it
         self._sweeps: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
         self._hessians: Optional[Sequential] = None  # made on first use: the cuts' activations it carries
@@ -204,11 +201,9 @@ class CrossFit:
     Hessians from twice the samples, do no worse there."""
 
     def __init__(self, tflite_bytes: bytes, x, layers: Sequence[str], num_threads: Optional[int] = None):
-        n = _samples(x)
-        order = np.random.default_rng(0).permutation(n)
-        halves = [np.sort(order[: n // 2]), np.sort(order[n // 2:])]
+        halves = two_halves(sample_count(x))
         self.whole = Compensator(tflite_bytes, x, layers, num_threads=num_threads)
-        self.folds = [(halves[1 - k], Compensator(tflite_bytes, _take(x, halves[k]), layers, num_threads=num_threads))
+        self.folds = [(halves[1 - k], Compensator(tflite_bytes, take_samples(x, halves[k]), layers, num_threads=num_threads))
                       for k in (0, 1)]
         # the Hessians' rank (rank_warnings) needs no warning: a compensation that fits its samples only
         # shows as loss on the other half, where the choice of bounds weighs it
@@ -284,15 +279,15 @@ def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibrat
     own = own[0] if len(own) == 1 else own
     if not chosen:
         return Compensator(tflite_bytes, own, [], num_threads=num_threads), []
-    if calibration is None and _samples(own) >= CROSSFIT_SAMPLES:
+    if calibration is None and sample_count(own) >= CROSSFIT_SAMPLES:
         # each half's loss is measured with weights fitted on the other: a fit that holds on nothing else
         # shows as loss there, so no layer needs leaving out
         crossfit = CrossFit(tflite_bytes, own, [l.name for l in chosen], num_threads=num_threads)
         return crossfit, list(crossfit.warnings)
-    decisions = _samples(x)
+    decisions = sample_count(x)
     shared = decisions if calibration is None else _shared(x, own)
-    warnings = [SHARED_SAMPLES] if calibration is None else _overlap_warnings(shared, _samples(own))
-    singular = {l.name for l, _, _ in rank_deficient(model, chosen, _samples(own))} if 2 * shared >= decisions else ()
+    warnings = [SHARED_SAMPLES] if calibration is None else _overlap_warnings(shared, sample_count(own))
+    singular = {l.name for l, _, _ in rank_deficient(model, chosen, sample_count(own))} if 2 * shared >= decisions else ()
     if singular:
         warnings.append("layers not compensated: " + ", ".join(sorted(singular)) + ": the calibration samples leave "
                         "their Hessians singular and are most of the data the loss is measured on, where that fit "
@@ -302,31 +297,10 @@ def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibrat
     return compensator, warnings + compensator.warnings
 
 
-def _samples(x) -> int:
-    return len(x[0]) if isinstance(x, (list, tuple)) else len(x)
-
-
-def _take(x, samples: np.ndarray):
-    """Those samples of fitted inputs (an array, or a list of one per model input)."""
-    return [a[samples] for a in x] if isinstance(x, (list, tuple)) else x[samples]
-
-
-def _sample_digests(x) -> list[bytes]:
-    """One digest per sample of fitted inputs (an array, or a list of one per model input)."""
-    arrays = [np.ascontiguousarray(a) for a in (x if isinstance(x, (list, tuple)) else [x])]
-    digests = []
-    for i in range(len(arrays[0])):
-        h = hashlib.blake2b(digest_size=16)
-        for a in arrays:
-            h.update(a[i].tobytes())
-        digests.append(h.digest())
-    return digests
-
-
 def _shared(x, calibration) -> int:
     """How many calibration samples also appear in x (the same file given twice, say)."""
-    data = set(_sample_digests(x))
-    return sum(d in data for d in _sample_digests(calibration))
+    data = set(sample_digests(x))
+    return sum(d in data for d in sample_digests(calibration))
 
 
 def _overlap_warnings(shared: int, samples: int) -> list[str]:

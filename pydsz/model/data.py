@@ -9,6 +9,7 @@ Labels y are optional where a metric needs none.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import math
 import os
 import zipfile
@@ -315,3 +316,37 @@ def unexercised(outputs: dict, steps: Optional[Mapping[str, float]] = None) -> O
     return (f"the samples barely move the model's output {', '.join(still)}: the data never exercises what "
             "it responds to, so the decisions cannot see how compression changes it on inputs that do; add "
             "such inputs to the data (a detector's positives)")
+
+
+def sample_count(x) -> int:
+    """How many samples fitted inputs hold (an array, or a list of one per model input)."""
+    return len(x[0]) if isinstance(x, (list, tuple)) else len(x)
+
+
+def take_samples(x, samples: np.ndarray):
+    """Those samples of fitted inputs (an array, or a list of one per model input)."""
+    return [a[samples] for a in x] if isinstance(x, (list, tuple)) else x[samples]
+
+
+def sample_digests(x) -> list[bytes]:
+    """One digest per sample of inputs (an array, or a list of one per model input)."""
+    arrays = [np.ascontiguousarray(a) for a in (x if isinstance(x, (list, tuple)) else [x])]
+    digests = []
+    for i in range(len(arrays[0])):
+        h = hashlib.blake2b(digest_size=16)
+        for a in arrays:
+            h.update(a[i].tobytes())
+        digests.append(h.digest())
+    return digests
+
+
+# Cross-fitting splits the data in two; below this many samples each half's Hessians say too little
+# for compensation to pay, and it stays off unless asked for (then fitted on the data, with the warning)
+CROSSFIT_SAMPLES = 16
+
+
+def two_halves(n: int) -> list[np.ndarray]:
+    """n samples' indices in two halves drawn at random, seeded (the same data, the same split): cross-fitting's
+    folds, each fitted on one half and measured on the other."""
+    order = np.random.default_rng(0).permutation(n)
+    return [np.sort(order[: n // 2]), np.sort(order[n // 2:])]

@@ -17,6 +17,7 @@ from pydsz.budget.rule import Budget
 from pydsz.context import Run
 from pydsz.errors import InputError
 from pydsz.model import runtime
+from pydsz.model.data import CROSSFIT_SAMPLES, sample_digests, take_samples, two_halves
 from pydsz.model.graph import TFLiteModel
 from pydsz.prune import auto_sparsity
 from pydsz.prune.gptq import (
@@ -179,10 +180,23 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     factors.clear()
     family = auto_sparsity.plans(curves)
 
+    folds = _crossfit(calibration, x_val)
+
     def trial(plan: dict) -> auto_sparsity.Trial:
-        pruned = prune_layers(tflite_bytes, calibration, plan, kinds=kinds, run=quiet).tflite
-        m, labelled = judge.measure_model_in(pruned, [deciding, metric])
-        within = judged.within(m.loss, m.noise, allowed) and labelled.loss <= checked
+        # the plan as it will be pruned, on every calibration sample; cross-fitted, also each half of the data
+        # pruned on the calibration samples outside it, as other data meets it: within where both are (as
+        # compress's cross-fitted compensation counts the larger of the file's loss and the halves')
+        outputs = [judge.outputs_of(prune_layers(tflite_bytes, calibration, plan, kinds=kinds, run=quiet).tflite)]
+        if folds is not None:
+            held_out = {key: out.copy() for key, out in outputs[0].items()}
+            for measured, fitting in folds:
+                part = judge.outputs_of(prune_layers(tflite_bytes, fitting, plan, kinds=kinds, run=quiet).tflite)
+                for key in held_out:
+                    held_out[key][measured] = part[key][measured]
+            outputs.append(held_out)
+        measures = [judge.measure_model_in(out, [deciding, metric]) for out in outputs]
+        within = all(judged.within(m.loss, m.noise, allowed) and labelled.loss <= checked for m, labelled in measures)
+        m = max((m for m, _ in measures), key=lambda m: judged.risk(m.loss, m.noise))
         return auto_sparsity.Trial(plan, within, m.loss, m.noise)
 
     index, trials = auto_sparsity.search(family, trial, run.progress)
@@ -192,6 +206,26 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     note = (f"auto chose {auto_sparsity.describe(plan)} of {len(family)} plans (predicted "
             f"{auto_sparsity.predicted_bytes(curves, plan)} bytes; {len(trials)} one-shot trials)")
     return dict(plan), [note, *warnings]
+
+
+def _crossfit(calibration, x_val) -> Optional[list]:
+    """The trials' folds where the calibration inputs include samples they are judged on: per half of those
+    samples (data.two_halves), (its indices, the calibration samples outside it) to prune on, so that each
+    half is judged pruned on Hessians that never saw it. None where no sample is shared or too few are to
+    split (CROSSFIT_SAMPLES). Fitted on its own samples, one-shot pruning keeps their
+    outputs where a layer has more inputs than the samples have dimensions: LeNet-5 pruned 80/50% by
+    --prune auto at 1 point on 128 unlabelled images changed none of them and 5.2% of the test images
+    (1.90 points lost)."""
+    judged = sample_digests(x_val)
+    shared = set(judged) & set(sample_digests(calibration))
+    if len(shared) < CROSSFIT_SAMPLES:
+        return None
+    own = sample_digests(calibration)
+    folds = []
+    for measured in two_halves(len(judged)):
+        held = {judged[i] for i in measured}
+        folds.append((measured, take_samples(calibration, np.array([i for i, d in enumerate(own) if d not in held]))))
+    return folds
 
 
 def _loss_note(original: bytes, pruned: bytes, x, metric, num_threads: Optional[int]) -> str:
