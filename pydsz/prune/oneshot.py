@@ -209,18 +209,15 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
 
 
 def _crossfit(calibration, x_val) -> Optional[list]:
-    """The trials' folds where the calibration inputs include samples they are judged on: per half of those
-    samples (data.two_halves), (its indices, the calibration samples outside it) to prune on, so that each
-    half is judged pruned on Hessians that never saw it. None where no sample is shared or too few are to
-    split (CROSSFIT_SAMPLES). Fitted on its own samples, one-shot pruning keeps their
-    outputs where a layer has more inputs than the samples have dimensions: LeNet-5 pruned 80/50% by
-    --prune auto at 1 point on 128 unlabelled images changed none of them and 5.2% of the test images
-    (1.90 points lost)."""
-    judged = sample_digests(x_val)
-    shared = set(judged) & set(sample_digests(calibration))
-    if len(shared) < CROSSFIT_SAMPLES:
+    """The trials' folds where the calibration inputs include samples they are judged on: per half of the
+    judged samples (data.two_halves), (its indices, the calibration samples outside it) to prune on, so that
+    each half is judged pruned on Hessians that never saw it. None where fewer than CROSSFIT_SAMPLES are
+    shared. Fitted on its own samples, one-shot pruning keeps their outputs where a layer has more inputs
+    than there are samples: LeNet-5 pruned 80/50% by --prune auto at 1 point on 128 unlabelled images
+    changed none of them and 5.2% of the test images (1.90 points lost)."""
+    judged, own = sample_digests(x_val), sample_digests(calibration)
+    if len(set(judged) & set(own)) < CROSSFIT_SAMPLES:
         return None
-    own = sample_digests(calibration)
     folds = []
     for measured in two_halves(len(judged)):
         held = {judged[i] for i in measured}
