@@ -138,18 +138,14 @@ class Metric:
         return mean_loss
 
     def counted_from(self, reference: Outputs) -> "Metric":
-        """This metric with every loss priced as the original model prices it, `reference` being the
-        original's outputs on the samples a later model (pruned, then compressed) is judged on, whatever
-        model the judging compares with: a later step's losses then add to an earlier step's into the
-        file's from the original. Itself for a metric whose losses carry no prices of their own."""
+        """This metric with its losses priced by the original model (`reference`: its outputs), whatever model
+        it compares with, so that a later step's losses add to an earlier one's; itself where there are none."""
         return self
 
     def change_costs(self, reference: Outputs) -> Optional[np.ndarray]:
-        """Per sample, what its loss grows by where its prediction changes the cheapest way, for a
-        metric whose losses move only where a prediction changes but by less than a whole sample
-        (expected-top1): a measurement that changes none of the samples says little unless the budget
-        holds the cheapest of them changing (Budget.warnings). None for the others: the discrete
-        metrics' changes cost one sample each, the output metrics' losses move with every change."""
+        """Per sample, its loss where its prediction changes the cheapest way, for a metric whose losses move
+        only where predictions change, by less than a sample (expected-top1; Budget.warnings). None for the
+        others: a discrete metric's change costs a sample, an output metric's losses move with any change."""
         return None
 
     def noise(self, losses: np.ndarray, base: np.ndarray) -> float:
@@ -252,18 +248,15 @@ class ExpectedTop1(Metric):
         self.p: Optional[np.ndarray] = None  # the original's probabilities where fixed (counted_from)
 
     def counted_from(self, reference):
-        # compression after pruning, priced by the pruned model's probabilities: on LeNet-5 pruned 80/50% by
-        # --prune auto at 1 point on 128 unlabelled images, pruning moved a sample near its runner-up without
-        # changing it (0 spent) and compression changed it for 0.09 of a sample, where the original's price is
-        # 0.86; priced so, the bounds change none of the 128
+        # priced by the pruned model, LeNet-5's bounds after --prune auto (1 point, 128 unlabelled images) changed
+        # a sample pruning had moved next to its runner-up for 0.09 of a sample: 0.86 by the original's price
         told = copy.copy(self)
         told.p = self._probabilities(reference)
         return told
 
     def _probabilities(self, reference) -> np.ndarray:
-        if self.p is not None:
-            return self.p
-        return as_probabilities(_scores(reference, self), next(iter(self.select(reference))) in self.probabilities)
+        known = next(iter(self.select(reference))) in self.probabilities
+        return self.p if self.p is not None else as_probabilities(_scores(reference, self), known)
 
     def losses(self, outputs, reference, y):
         p = self._probabilities(reference)
@@ -275,9 +268,8 @@ class ExpectedTop1(Metric):
 
     def change_costs(self, reference):
         # the cheapest change moves a sample from the reference's top class a to its runner-up b: p(a) - p(b)
-        scores = _scores(reference, self)
+        scores, p = _scores(reference, self), self._probabilities(reference)
         ranked, rows = np.argsort(-scores, axis=1, kind="stable"), np.arange(len(scores))  # ties as argmax's
-        p = self._probabilities(reference)
         return p[rows, ranked[:, 0]] - p[rows, ranked[:, 1]]
 
     def noise(self, losses, base):
