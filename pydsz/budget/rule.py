@@ -153,7 +153,8 @@ class Budget:
         validation images: on 32, 7 of the 12 lost more than 0.3 points of top-1 on the 10,000 test images
         (up to 3.8), 6 of them refused here, and 2 that held; on 128 all 12 held, none refused."""
         count = 1 + self.margin
-        cost, allowed = _cheapest(np.sort(costs), count), self.allowed(n)
+        ascending = np.sort(costs)
+        cost, allowed = _cheapest(ascending, count), self.allowed(n)
         if cost <= allowed:
             return
         share, need = self.metric.allowed_mean(self.max_loss) - self.spent, n
@@ -170,7 +171,7 @@ class Budget:
             ways.append(f"{self.option} {least:g} or more")
         except InputError:  # beyond what the metric can state
             pass
-        if self.margin_option and self.margin > 0 and _cheapest(np.sort(costs), 1.0) <= allowed:
+        if self.margin_option and self.margin > 0 and _cheapest(ascending, 1.0) <= allowed:
             ways.append(f"{self.margin_option} 0")
         raise InputError(
             f"{n} samples are too few to resolve {self.option.lstrip('-')} {self.max_loss:g} in {self.metric.name}: "
