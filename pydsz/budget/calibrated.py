@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 
 from pydsz.budget import metrics, probabilities
+from pydsz.budget.classifier import class_scores, share
 
 # the weights of the first model in `change`'s mixture that are tried
 MIXTURES = np.linspace(0.0, 1.0, 101)
@@ -71,11 +72,11 @@ class CalibratedTop1(metrics.Metric):
 
     def losses(self, outputs, reference, y):
         q = self.calibrated(reference, y)
-        chosen = np.argmax(metrics._scores(outputs, self), axis=1)
+        chosen = np.argmax(class_scores(outputs, self), axis=1)
         return 1.0 - q[np.arange(len(chosen)), chosen]
 
     def allowed_mean(self, max_loss: float) -> float:
-        return metrics._share(self, max_loss)
+        return share(self, max_loss)
 
     def value(self, mean_loss):
         return 1.0 - mean_loss
