@@ -21,7 +21,9 @@ found the model's outputs depending on the batch, the .dsz's bytes, the file rat
 losslessly (the rest of the model, beside the compressed tensors). Judged on test.npz: the relative
 output error of the decoded model against the original with every sample run alone, as a streaming
 user runs them (batched, some models' outputs move by themselves: zoo_data.py --survey), the mean
-over samples as the budget is stated; "held" when it is within the budget, and its ratio to it; and
+over samples as the budget is stated; "held" when it is within the budget, and its ratio to it; the
+test loss's standard error (test_sd: the metric's own noise rule on the test samples) and whether the
+row is over its budget by more than TEST_SDS of them (over_beyond_noise: beyond the test split's luck); and
 each test source's own (by_source: the photo, the sound package, the continent), printed for the rows
 over the budget, to tell a few unlike sources from drift spread over all.
 
@@ -77,6 +79,10 @@ from pydsz.model.data import load_npz  # noqa: E402
 from pydsz.tables import format_table  # noqa: E402
 
 BITS = (10, 9, 8, 7, 6, 5, 4)
+# A row is over its budget beyond the test split's own noise where its test loss exceeds the budget by
+# more than this many standard errors of that loss (a decision that spends the whole budget on data like
+# the test's is over on a finite test split about half the time)
+TEST_SDS = 2.0
 DSZ = str(Path(sys.executable).with_name("dsz"))
 
 
@@ -98,6 +104,13 @@ class AloneJudge(Judge):
 
     def _outputs(self, tflite: bytes) -> dict:
         return runtime.outputs(tflite, self.x, self.keys, batch_size=1, num_threads=self.num_threads)
+
+    def with_noise(self, tflite: bytes) -> tuple[float, float]:
+        """(test loss, its standard error by the metric's own noise rule: McNemar's for top-1, the paired
+        standard deviation for the output metrics): how far the test split's mean is from the mean over
+        more data like it, so that a row over its budget by less than that is told from one over by more."""
+        losses = self.metric.losses(self._outputs(tflite), self.reference, self.y)
+        return float(np.mean(losses - self.base)), self.metric.noise(losses, self.base) / len(losses)
 
     def by_source(self, tflite: bytes, sources: list) -> dict:
         """The test loss of each source's samples (`sources`: one per sample), the most samples first:
@@ -157,7 +170,7 @@ def judged(model: Path, data: Path, budget: float, judge: Judge, timeout: int, f
         got = compress(model, data, budget, Path(tmp) / "m.dsz", timeout, flags)
         if "failed" not in got:
             decoded = container.load((Path(tmp) / "m.dsz").read_bytes()).tflite_bytes()
-            got["test_loss"] = judge(decoded)[1]
+            got["test_loss"], got["test_sd"] = judge.with_noise(decoded)
             if sources:
                 got["by_source"] = judge.by_source(decoded, sources)
     return got
@@ -173,6 +186,7 @@ def informed(model: Path, oracle: Path, budget, judge: AloneJudge, timeout: int,
     with np.load(oracle) as z:
         samples = len(z["x"])
     return {"samples": samples, "seconds": got["seconds"], "dsz_bytes": got["dsz_bytes"], "test_loss": loss,
+            "test_sd": got["test_sd"],
             "held": loss <= judge.allowed(budget)}
 
 
@@ -219,6 +233,7 @@ def compare(row: dict, model_bytes: int) -> dict:
     return dict(efficiency=efficiency,
                 file_ratio=model_bytes / row["dsz_bytes"], lossless_share=row["rest_bytes"] / row["dsz_bytes"],
                 held=loss <= budget, of_budget=loss / budget,
+                over_beyond_noise=loss > budget + TEST_SDS * row["test_sd"],
                 memory_held=None if row["bound_mib"] is None else row["peak_mib"] <= row["bound_mib"],
                 vs_zstd19=base[0]["file_bytes"] / row["dsz_bytes"],
                 int_b_at_equal_drift=at, vs_int_b=at / row["dsz_bytes"] if at else None,
@@ -235,7 +250,7 @@ def _line(r: dict) -> str:
               if "dsz_bytes" in decided else "")
     return (f"{r['model']} @ {r['budget']}: {r['dsz_bytes']:,} B ({r['file_ratio']:.2f}x the file, {r['vs_zstd19']:.2f}x "
             f"zstd -19, {vs_int} int-b and {r['vs_best']:.2f}x the best alternative at equal drift), lossless {r['lossless_share']:.1%}, test loss "
-            f"{r['test_loss']:.4f} ({r['of_budget']:.2f} of the budget), peak {r['peak_mib']:.0f} MiB within "
+            f"{r['test_loss']:.4f} ± {r['test_sd']:.4f} ({r['of_budget']:.2f} of the budget), peak {r['peak_mib']:.0f} MiB within "
             f"{r['bound_mib']} printed, {r['seconds']:.0f} s{oracle}{_sources(r)}")
 
 
