@@ -899,6 +899,16 @@ def section_fuzz(campaigns: list) -> list:
 
 # ---------------------------------------------------------------- the document
 
+def _beyond_noise(runs: list) -> str:
+    """The rows over their budget by more than bench/zoo.py's TEST_SDS standard errors of the test loss."""
+    over = [r for r in runs if not r["held"]]
+    if not over or any("over_beyond_noise" not in r for r in over):  # a run before bench/zoo.py recorded it
+        return ""
+    beyond = [r for r in over if r["over_beyond_noise"]]
+    return (f"; of the {len(over)} over, {len(beyond)} by more than 2 standard errors of the test split's own noise"
+            + (f" ({', '.join(sorted({r['model'] for r in beyond}))})" if beyond else "")) if over else ""
+
+
 def section_zoo(zoo: dict) -> list:
     out = ["## The zoo: the defaults on models others ship", ""]
     runs = [r for r in zoo["runs"] if "failed" not in r]
@@ -932,7 +942,8 @@ def section_zoo(zoo: dict) -> list:
     worst = max(runs, key=lambda r: r["of_budget"])
     says = (f"What it says: smaller than the best alternative at equal test drift on {len(smaller)} of {len(runs)} "
             f"({min(smaller):.2f}-{max(smaller):.2f}x); the budget held on test in {len(held)} of {len(runs)} rows "
-            f"(up to {worst['of_budget']:.2f}x the budget, {worst['model']}); the peak within the printed bound on "
+            f"(up to {worst['of_budget']:.2f}x the budget, {worst['model']}){_beyond_noise(runs)}; the peak within "
+            f"the printed bound on "
             f"{sum(bool(r['memory_held']) for r in runs)} of {len(runs)}.")
     if informed:
         eff = sorted(r["efficiency"] for r in informed)
@@ -959,7 +970,8 @@ def section_zoo(zoo: dict) -> list:
                f"{r['file_ratio']:.2f}x", f"{r['vs_zstd19']:.2f}x",
                f"{r['vs_int_b']:.2f}x" if r["vs_int_b"] else "-", f"{r['vs_best']:.2f}x",
                pct(r["lossless_share"], 1),
-               pct(r["test_loss"]) + ("" if r["held"] else " (over)"), "alone" if r["batch_dependent"] else "",
+               pct(r["test_loss"]) + (f" ± {pct(r['test_sd'])}" if "test_sd" in r else "") + ("" if r["held"] else " (over)"),
+               "alone" if r["batch_dependent"] else "",
                f"{r['peak_mib']:.0f} / {r['bound_mib']}", f"{r['seconds']:.0f}"]
         if informed:
             o = r.get("oracle", {})
@@ -967,7 +979,8 @@ def section_zoo(zoo: dict) -> list:
                      f"{r['efficiency']:.2f}"] if "dsz_bytes" in o else ["", ""])
         rows.append(row)
     out += table(["model", "budget", "file B", ".dsz B", "ratio", "vs zstd -19", "vs int-b", "vs best", "lossless",
-                  "test drift", "batch", "peak / bound MiB", "s"]
+                  "test drift" + (" ± its standard error" if all("test_sd" in r for r in runs) else ""), "batch",
+                  "peak / bound MiB", "s"]
                  + (["informed .dsz B, test drift", "efficiency"] if informed else []), rows)
     return out
 
@@ -995,7 +1008,7 @@ def section_zoo_classifiers(zc: dict) -> list:
     informed = [r for r in runs if "dsz_bytes" in r.get("oracle", {})]
     eff = sorted(r["efficiency"] for r in informed)
     gains = sorted(r["before"]["dsz_bytes"] / r["dsz_bytes"] for r in runs if "before" in r)
-    says = (f"What it says: the budget held on test in {len(held)} of {len(runs)} rows (before: "
+    says = (f"What it says: the budget held on test in {len(held)} of {len(runs)} rows{_beyond_noise(runs)} (before: "
             f"{sum(b['held'] for b in before)} of {len(before)}, up to {max(b['test_loss'] / r['budget'] for r, b in ((r, r['before']) for r in runs if 'before' in r)):.2f}x "
             f"the budget); before's file over this one's {gains[0]:.2f}-{gains[-1]:.2f}x (median "
             f"{gains[len(gains) // 2]:.2f}x)")
@@ -1007,8 +1020,8 @@ def section_zoo_classifiers(zc: dict) -> list:
     if zc.get("note"):
         out += [zc["note"], ""]
 
-    def loss(value: float, budget: float) -> str:
-        return f"{100 * value:+.2f}" + ("" if value <= budget else " (over)")
+    def loss(value: float, budget: float, sd: Optional[float] = None) -> str:
+        return f"{100 * value:+.2f}" + ("" if sd is None else f" ± {100 * sd:.2f}") + ("" if value <= budget else " (over)")
 
     rows = []
     for r in zc["runs"]:
@@ -1017,12 +1030,13 @@ def section_zoo_classifiers(zc: dict) -> list:
             continue
         b, o = r.get("before", {}), r.get("oracle", {})
         rows.append([r["model"], pct(r["budget"]), f"{r['model_bytes']:,}", f"{r['dsz_bytes']:,}",
-                     f"{r['file_ratio']:.1f}x", f"{r['vs_best']:.2f}x", loss(r["test_loss"], r["budget"]),
+                     f"{r['file_ratio']:.1f}x", f"{r['vs_best']:.2f}x", loss(r["test_loss"], r["budget"], r.get("test_sd")),
                      f"{r['seconds']:.0f}",
                      f"{b['dsz_bytes']:,}, {loss(b['test_loss'], r['budget'])}" if b else "",
                      f"{o['dsz_bytes']:,}, {loss(o['test_loss'], r['budget'])}" if "dsz_bytes" in o else "",
                      f"{r['efficiency']:.2f}" if r.get("efficiency") else ""])
-    out += table(["model", "budget", "file B", ".dsz B", "ratio", "vs best", "test loss (points)", "s",
+    out += table(["model", "budget", "file B", ".dsz B", "ratio", "vs best",
+                  "test loss (points)" + (" ± its standard error" if all("test_sd" in r for r in runs) else ""), "s",
                   "before: .dsz B, test loss", "informed: .dsz B, test loss", "efficiency"], rows)
     return out
 
