@@ -905,7 +905,8 @@ def _beyond_noise(runs: list) -> str:
     if not over or any("over_beyond_noise" not in r for r in over):  # a run before bench/zoo.py recorded it
         return ""
     beyond = [r for r in over if r["over_beyond_noise"]]
-    return (f"; of the {len(over)} over, {len(beyond)} by more than 2 standard errors of the test split's own noise"
+    return (f"; of the {len(over)} over, {len(beyond) or 'none'} by more than 2 standard errors of the test split's "
+            "own noise"
             + (f" ({', '.join(sorted({r['model'] for r in beyond}))})" if beyond else "")) if over else ""
 
 
