@@ -906,8 +906,7 @@ def _beyond_noise(runs: list) -> str:
         return ""
     beyond = [r for r in over if r["over_beyond_noise"]]
     return (f"; of the {len(over)} over, {len(beyond) or 'none'} by more than 2 standard errors of the test split's "
-            "own noise"
-            + (f" ({', '.join(sorted({r['model'] for r in beyond}))})" if beyond else "")) if over else ""
+            "own noise" + (f" ({', '.join(sorted({r['model'] for r in beyond}))})" if beyond else ""))
 
 
 def section_zoo(zoo: dict) -> list:

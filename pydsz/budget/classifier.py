@@ -21,8 +21,8 @@ def share(metric: Metric, max_loss: float) -> float:
     return float(max_loss)
 
 
-
 def class_scores(outputs: Outputs, metric: Metric) -> np.ndarray:
+    """The one output the metric reads, as a row of class scores per sample."""
     (scores,) = metric.select(outputs).values()
     return np.asarray(scores).reshape(len(scores), -1)
 

@@ -125,7 +125,6 @@ class Metric:
         return float(np.std(losses - base, ddof=1) * math.sqrt(len(losses)))
 
 
-
 def _check_labels(y, n: int, classes: int) -> None:
     y = np.asarray(y)
     if y.ndim != 1 or y.shape[0] != n:
@@ -134,4 +133,3 @@ def _check_labels(y, n: int, classes: int) -> None:
         raise InputError(f"labels must be integers, got {y.dtype}")
     if y.size and (y.min() < 0 or y.max() >= classes):
         raise InputError(f"labels range over {int(y.min())}..{int(y.max())} but the model has {classes} outputs")
-
