@@ -180,6 +180,28 @@ def test_a_cross_fitted_loss_is_what_the_stored_weights_lose_on_samples_they_nev
     assert truth < 0.5 * loss(unseen, None)  # and compensating pays
 
 
+@pytest.mark.runtime
+@pytest.mark.parametrize("model, name", [("lenet300.tflite", "fc1"), ("lenet5.tflite", "conv2")])
+def test_a_cross_fit_makes_the_whole_data_hessian_of_its_folds_without_running_the_data_again(model, name):
+    tflite = bundled(model).read_bytes()
+    x = runtime.fit_inputs(TFLiteModel(tflite).input_details(), load_npz(bundled("fmnist_val.npz"))[0][:101])[0]
+    crossfit = compensation.CrossFit(tflite, x, [name])
+    weights = crossfit.weights(name, BOUND)
+    assert crossfit.whole._hessians is None  # the whole data never streamed through the model for its Hessian
+    # every part's factors are those each would make alone: the folds' the same to the bit, the whole data's
+    # within the rounding of summing the same products in another order
+    for samples, part in crossfit.folds:
+        alone = compensation.Compensator(tflite, np.delete(x, samples, axis=0), [name])
+        for made, own in zip(part.sweeps(name)[1], alone.sweeps(name)[1]):
+            assert np.array_equal(made, own)
+    alone = compensation.Compensator(tflite, x, [name])
+    for made, own in zip(crossfit.whole.sweeps(name)[1], alone.sweeps(name)[1]):
+        np.testing.assert_allclose(made, own, rtol=1e-9, atol=1e-12 * float(np.abs(own).max()))
+    # and so the weights it stores: a value may round the other way where it lies on the edge of a step
+    own = alone.weights(name, BOUND)
+    assert np.mean(weights == own) > 0.999 and np.abs(weights - own).max() <= 2 * BOUND * (1 + 1e-6)
+
+
 def test_a_solve_stays_within_what_the_footprint_counts_for_it():
     import tracemalloc
 

@@ -581,12 +581,12 @@ def test_a_conv_hessian_made_in_pieces_of_one_sample_equals_it_whole(lenet5, mon
     model = TFLiteModel(lenet5)
     layer = model.layer("conv2")
     inputs = np.random.default_rng(0).standard_normal((3, 12, 12, 20)).astype(np.float32)
-    whole = gptq._Sum(model, layer)
+    whole = gptq.HessianSum(model, layer)
     whole.add(inputs)
     monkeypatch.setattr(gptq, "PATCH_VALUES", 1000)  # 2 rows of 500 values a piece
     pieces = list(gptq._patches(model, layer, inputs))
     assert len(pieces) == 3 * 64 // 2 and all(p.dtype == np.float64 and p.size <= 1000 for p in pieces)
-    cut = gptq._Sum(model, layer)
+    cut = gptq.HessianSum(model, layer)
     cut.add(inputs)
     assert cut.rows == whole.rows == 3 * 64
     np.testing.assert_allclose(cut.result(), whole.result(), rtol=1e-12, atol=1e-12)

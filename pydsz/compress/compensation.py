@@ -26,6 +26,7 @@ from pydsz.prune.gptq import (
     DAMP,
     MAX_HESSIAN_BYTES,
     PATCH_VALUES,
+    HessianSum,
     Sequential,
     check_memory,
     factor_bytes,
@@ -149,22 +150,35 @@ class Compensator:
             self._solved[name, bound] = self._solve(name, weight, bound)
         return self._solved[name, bound].copy()
 
+    # the CrossFit this is a part of, which makes its parts' factors together (CrossFit.factor)
+    pool: Optional["CrossFit"] = None
+
     def sweeps(self, name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per group of the layer: the order its columns are swept in and the factor for it, made once."""
         if name not in self._sweeps:
-            if self._hessians is None:  # the layers' inputs along the cuts: the ops before one run once in all
-                self._hessians = Sequential(self.model, self.x, list(self.layers.values()), self.num_threads)
-            h = self._hessians.hessian(self.model, self.layers[name])
-            # GPTQ's act-order: the columns whose inputs are largest are rounded first, while the most
-            # columns are left to take their error (iris_landmark at a 1% budget: 1.3% smaller at 13%
-            # less drift on unseen photos; face_detection_short_range 4.4% smaller at the same drift)
-            orders = [np.argsort(-np.diagonal(g), kind="stable") for g in h]
-            # H let go once permuted, each group's copy once factored: no more than the footprint's "a
-            # Hessian at work" beside the factor being made (oww_timer's fc1 peaked 54 MiB past it)
-            permuted = [g[np.ix_(o, o)] for g, o in zip(h, orders)]
-            del h
-            self._sweeps[name] = orders, [inverse_factor(permuted.pop(0), self.damp, overwrite=True) for _ in orders]
+            if self.pool is not None:
+                self.pool.factor(name)
+            else:
+                self.factor(name, self.hessian_sum(name).result())
         return self._sweeps[name]
+
+    def hessian_sum(self, name: str) -> HessianSum:
+        """The layer's Hessian summed over this compensator's inputs."""
+        if self._hessians is None:  # the layers' inputs along the cuts: the ops before one run once in all
+            self._hessians = Sequential(self.model, self.x, list(self.layers.values()), self.num_threads)
+        return self._hessians.sums(self.model, self.layers[name])
+
+    def factor(self, name: str, h: np.ndarray) -> None:
+        """The layer's sweeps made from its Hessian h, which is spent."""
+        # GPTQ's act-order: the columns whose inputs are largest are rounded first, while the most
+        # columns are left to take their error (iris_landmark at a 1% budget: 1.3% smaller at 13%
+        # less drift on unseen photos; face_detection_short_range 4.4% smaller at the same drift)
+        orders = [np.argsort(-np.diagonal(g), kind="stable") for g in h]
+        # H let go once permuted, each group's copy once factored: no more than the footprint's "a
+        # Hessian at work" beside the factor being made (oww_timer's fc1 peaked 54 MiB past it)
+        permuted = [g[np.ix_(o, o)] for g, o in zip(h, orders)]
+        del h
+        self._sweeps[name] = orders, [inverse_factor(permuted.pop(0), self.damp, overwrite=True) for _ in orders]
 
     def _solve(self, name: str, weight: np.ndarray, bound: float) -> np.ndarray:
         layer = self.layers[name]
@@ -205,6 +219,8 @@ class CrossFit:
         self.whole = Compensator(tflite_bytes, x, layers, num_threads=num_threads)
         self.folds = [(halves[1 - k], Compensator(tflite_bytes, take_samples(x, halves[k]), layers, num_threads=num_threads))
                       for k in (0, 1)]
+        for part in (self.whole, *(c for _, c in self.folds)):
+            part.pool = self
         # the Hessians' rank (rank_warnings) needs no warning: a compensation that fits its samples only
         # shows as loss on the other half, where the choice of bounds weighs it
         self.layers, self.warnings = self.whole.layers, []
@@ -221,18 +237,31 @@ class CrossFit:
     def sized(self, name: str, bound: float) -> np.ndarray:
         """The first fold's weights: as many bytes as the stored ones within a fraction of a percent, and
         already solved for its loss, so that the whole data's solve is made only at the bounds chosen
-        (a third of the assessment's solves: hand_landmark_full's 10 minutes were mostly them). The whole
-        data's Hessians are made with the first, as the footprint counts them: at the end, beside the file
-        being packed, they would not be within it (oww_timer peaked 3 MiB beyond its printed bound)."""
-        self.whole.sweeps(name)
+        (a third of the assessment's solves: hand_landmark_full's 10 minutes were mostly them)."""
         return self.folds[0][1].weights(name, bound)
 
+    def factor(self, name: str) -> None:
+        """Every part's sweeps of the layer, made together where the first is needed: the folds' Hessians
+        from their own samples, the whole data's as their pooled sum, rather than from the data again (half
+        of the Hessians' time: on basic-pitch, whose conv layers' patches are many, the Hessians were half
+        of the command's). Made with the first, as the footprint counts them: at the end, beside the file
+        being packed, the whole data's would not be within it (oww_timer peaked 3 MiB beyond its printed
+        bound)."""
+        pooled = HessianSum(self.whole.model, self.whole.layers[name])
+        for _, part in self.folds:
+            fold = part.hessian_sum(name)
+            pooled.absorb(fold)
+            part.factor(name, fold.result())
+        self.whole.factor(name, pooled.result())
+
     def footprint(self) -> dict:
-        """The three Compensators' (each half's data a copy; one Hessian at work at a time)."""
+        """The three Compensators' (each half's data a copy; one Hessian at work at a time, beside the
+        pooled sum of the folds' that makes the whole data's)."""
         parts = [c.footprint() for c in (self.whole, *(c for _, c in self.folds))]
+        pooled = max(map(factor_bytes, self.layers.values()), default=0)
         return {"the data's halves": sum(p["calibration data"] for p in parts[1:]),
                 "compensation": sum(p["compensation factors"] + p["compensated weights kept"] for p in parts)
-                + parts[0]["a Hessian at work"]}
+                + parts[0]["a Hessian at work"] + pooled}
 
 
 def rounded(values: np.ndarray, bound: float, dtype=np.float32) -> np.ndarray:

@@ -151,8 +151,9 @@ def hessian_note(tflite_bytes: bytes, names: Sequence[str]) -> str:
     return f"the largest, {largest.name}, needs {hessian_bytes(largest) / 2**20:.1f} MiB"
 
 
-class _Sum:
-    """2/n * sum of the outer products of a layer's input rows, added batch by batch."""
+class HessianSum:
+    """The outer products of a layer's input rows, summed batch by batch (`add`), and their count: 2/n
+    times the sum is H (`result`); sums over disjoint samples add up to the sum over them all (`absorb`)."""
 
     def __init__(self, model: TFLiteModel, layer: Layer):
         self.model, self.layer = model, layer
@@ -166,8 +167,20 @@ class _Sum:
             self.h = part if self.h is None else self.h + part
             self.rows += p.shape[1]
 
+    def absorb(self, other: "HessianSum") -> None:
+        """Add the sum over other samples (before either's `result`)."""
+        if self.h is None:
+            self.h = other.h.copy()
+        else:
+            self.h += other.h
+        self.rows += other.rows
+
     def result(self) -> np.ndarray:
-        return self.h * (2.0 / self.rows)
+        """H, made of the sum in place: the sum is spent (it holds it no more, so that H is let go where
+        its taker lets it go)."""
+        h, self.h = self.h, None
+        h *= 2.0 / self.rows
+        return h
 
 
 def hessian(model: TFLiteModel, layer: Layer, x: np.ndarray, num_threads: Optional[int] = None) -> np.ndarray:
@@ -175,9 +188,13 @@ def hessian(model: TFLiteModel, layer: Layer, x: np.ndarray, num_threads: Option
     array, or a list of one per model input), float64, accumulated batch by batch as the layer's
     input streams past (runtime.stream: no sample's input is kept, and the input need not hold one
     row per sample): [groups, cols, cols] (one group but for depthwise)."""
-    total = _Sum(model, layer)
+    return _streamed(model, layer, x, num_threads).result()
+
+
+def _streamed(model: TFLiteModel, layer: Layer, x, num_threads: Optional[int]) -> HessianSum:
+    total = HessianSum(model, layer)
     activations.stream(model, x, layer.input, total.add, num_threads=num_threads)
-    return total.result()
+    return total
 
 
 class Sequential:
@@ -201,13 +218,17 @@ class Sequential:
             self.chain = Chain(model, self.graph, self.x, [l.op_index for l in layers], num_threads)
 
     def hessian(self, model: TFLiteModel, layer: Layer) -> np.ndarray:
+        return self.sums(model, layer).result()
+
+    def sums(self, model: TFLiteModel, layer: Layer) -> HessianSum:
+        """The layer's HessianSum over the inputs, before it is made H."""
         from pydsz.model import cut
 
         if self.chain is None:
-            return hessian(model, layer, self.x, self.num_threads)
+            return _streamed(model, layer, self.x, self.num_threads)
         self.chain.model = model  # the tensors held come from ops before the cut: none has changed
         held = dict(zip(self.chain.tails[layer.op_index].inputs, self.chain.feeds(layer.op_index)))
-        total = _Sum(model, layer)
+        total = HessianSum(model, layer)
         if layer.input in held:
             values = held[layer.input]
             step = max(1, runtime.CAPTURE_BYTES // max(1, values[:1].nbytes))
@@ -217,7 +238,7 @@ class Sequential:
             segment = self.graph.segment([], set(held), [layer.input])
             activations.stream(cut.model_bytes(model, segment), [held[t] for t in segment.inputs], None, total.add,
                            batch_size=self.chain.batch_size, num_threads=self.num_threads)
-        return total.result()
+        return total
 
 
 def inverse_factor(h: np.ndarray, damp: float, overwrite: bool = False) -> np.ndarray:
