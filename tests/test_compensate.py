@@ -202,6 +202,48 @@ def test_a_cross_fit_makes_the_whole_data_hessian_of_its_folds_without_running_t
     assert np.mean(weights == own) > 0.999 and np.abs(weights - own).max() <= 2 * BOUND * (1 + 1e-6)
 
 
+@pytest.mark.runtime
+def test_a_cross_fit_keeps_the_data_s_groups_apart():
+    # crops of a few photos: the halves measure photos their compensation never saw (data.two_halves)
+    tflite = bundled("lenet300.tflite").read_bytes()
+    x = runtime.fit_inputs(TFLiteModel(tflite).input_details(), load_npz(bundled("fmnist_val.npz"))[0][:64])
+    groups = np.arange(64) % 5  # interleaved, as the zoo's crops are
+    crossfit, _ = compensation.for_model(tflite, ["fc1"], x, groups=groups)
+    measured = [samples for samples, _ in crossfit.folds]
+    assert sorted(np.concatenate(measured).tolist()) == list(range(64))
+    assert not set(groups[measured[0]]) & set(groups[measured[1]])
+    for samples, part in crossfit.folds:  # each fold's Hessians from the other groups' samples only
+        assert np.array_equal(part.x, np.delete(x[0], samples, axis=0))
+    plain, _ = compensation.for_model(tflite, ["fc1"], x)
+    assert {frozenset(groups[s]) for s, _ in plain.folds} == {frozenset(range(5))}  # at random: every photo in both
+
+
+@pytest.mark.runtime
+@pytest.mark.slow
+def test_dsz_compress_cross_fits_by_the_groups_of_its_data_and_refuses_groups_that_do_not_fit(tmp_path):
+    import subprocess
+    import sys
+
+    x, y = load_npz(bundled("fmnist_val.npz"))
+    data, out = tmp_path / "crops.npz", tmp_path / "m.dsz"
+
+    def dsz(groups):
+        np.savez(data, x=x[:64], y=y[:64], groups=groups)
+        return subprocess.run([sys.executable, "-m", "pydsz.cli", "compress", str(bundled("lenet300.tflite")),
+                               "--data", str(data), "--max-loss", "0.05", "-o", str(out)], capture_output=True, text=True)
+
+    done = dsz(np.array([f"photo{i % 5}" for i in range(64)]))
+    assert done.returncode == 0, done.stderr
+    assert "--data: 64 samples of 5 groups ('groups'): cross-fitting keeps each group within one half" in done.stdout
+    assert "cross-fitted (held-out loss" in done.stdout and out.exists()
+    out.unlink()
+    refused = dsz(np.arange(60))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines() == [f"dsz: error: {data}: array 'groups' has 60 values for 64 samples; "
+                                                   "give one per sample"]
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["crops.npz"]
+
+
 def test_a_solve_stays_within_what_the_footprint_counts_for_it():
     import tracemalloc
 

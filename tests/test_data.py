@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pydsz.errors import InputError
 from pydsz.format.interpreter import interpreter_class
@@ -14,10 +16,12 @@ from pydsz.model.data import (
     FASHION_MNIST_DIR,
     bundled,
     fashion_mnist,
+    load_groups,
     load_images,
     load_npz,
     read_idx,
     split_validation,
+    two_halves,
 )
 
 # these run a TFLite interpreter: CI runs them again under tflite-runtime
@@ -352,3 +356,60 @@ def test_data_that_never_moves_an_output_is_named_and_data_that_does_is_not(lene
     # a quantized output that only ever takes two adjacent values (a silent detector's uint8 score)
     assert "uint8 values 0..1" in unexercised({"score": rng.integers(0, 2, size=(64, 1)).astype(np.uint8)})
     assert unexercised({"score": rng.integers(0, 4, size=(64, 1)).astype(np.uint8)}) is None
+
+
+# --- groups: each sample's source, which cross-fitting keeps apart ---------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 30), min_size=2, max_size=12), seed=st.integers(0, 2**32 - 1),
+       names=st.sampled_from(["int", "str"]))
+def test_two_halves_keep_each_group_within_one_half_and_balance_them(sizes, seed, names):
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    groups = np.random.default_rng(seed).permutation(labels)  # interleaved, as crops drawn photo by photo are
+    groups = groups if names == "int" else np.array([f"photo{g}" for g in groups])
+    halves = two_halves(len(groups), groups)
+    assert sorted(np.concatenate(halves).tolist()) == list(range(len(groups)))  # every sample, once
+    assert all(len(h) for h in halves)
+    assert not set(groups[halves[0]].tolist()) & set(groups[halves[1]].tolist())
+    # the largest first, each to the lighter half: the halves differ by at most one group's samples
+    assert abs(len(halves[0]) - len(halves[1])) <= max(sizes)
+    assert all(np.array_equal(a, b) for a, b in zip(halves, two_halves(len(groups), groups)))  # seeded
+
+
+def test_two_halves_without_groups_are_the_seeded_random_split():
+    order = np.random.default_rng(0).permutation(64)
+    assert [h.tolist() for h in two_halves(64)] == [sorted(order[:32].tolist()), sorted(order[32:].tolist())]
+
+
+@pytest.mark.parametrize("groups, words", [(np.arange(63), "63 values for 64 samples"),
+                                           (np.zeros(64, int), "one group")])
+def test_two_halves_refuse_groups_that_do_not_split(groups, words):
+    with pytest.raises(InputError, match=words):
+        two_halves(64, groups)
+
+
+def test_an_npz_gives_its_groups_apart_from_its_inputs(tmp_path):
+    groups = np.array(["coffee", "astronaut", "coffee", "china"])
+    np.savez(tmp_path / "d.npz", x=np.zeros((4, 2)), y=np.arange(4), groups=groups)
+    x, y = load_npz(tmp_path / "d.npz")
+    assert x.shape == (4, 2) and y.tolist() == [0, 1, 2, 3]
+    np.savez(tmp_path / "multi.npz", x0=np.zeros((4, 2)), x1=np.ones((4, 3)), groups=np.arange(4) // 2)
+    assert sorted(load_npz(tmp_path / "multi.npz", need_labels=False)[0]) == ["x0", "x1"]  # no input of groups
+    assert load_groups(tmp_path / "d.npz", 4).tolist() == groups.tolist()
+    assert load_groups(tmp_path / "multi.npz", 4).tolist() == [0, 0, 1, 1]
+    np.savez(tmp_path / "plain.npz", x=np.zeros((4, 2)))
+    assert load_groups(tmp_path / "plain.npz", 4) is None and load_groups(tmp_path, 4) is None
+
+
+@pytest.mark.parametrize("groups, words", [
+    (np.arange(8.0), "1-D integers or strings"),
+    (np.arange(8).reshape(4, 2), "1-D integers or strings"),
+    (np.arange(3), "3 values for 4 samples"),
+    (np.zeros(4, int), "all 4 samples in one group"),
+])
+def test_groups_that_cannot_split_the_data_are_input_errors_naming_the_file(tmp_path, groups, words):
+    np.savez(tmp_path / "d.npz", x=np.zeros((4, 2)), groups=groups)
+    with pytest.raises(InputError, match=words) as e:
+        load_groups(tmp_path / "d.npz", 4)
+    assert "d.npz" in str(e.value) and "'groups'" in str(e.value)

@@ -633,7 +633,7 @@ def _build_hand(spec, split, count, cache, pool):
         im = im.transpose(Image.FLIP_LEFT_RIGHT) if flip else im
         x[i] = np.asarray(im.resize((224, 224), Image.BILINEAR), np.float32) / 255
         meta.append({"source": name, "box": box, "flip": flip, "licence": PHOTOS[name][2]})
-    return {"x": x}, meta
+    return _with_groups(x, meta), meta
 
 
 def _build_photo(spec, split, count, cache, pool):
@@ -654,7 +654,15 @@ def _build_photo(spec, split, count, cache, pool):
         pixels = np.asarray(im.convert("RGB").resize((width, height), Image.BICUBIC), np.float32)
         x[i] = low + pixels / 255 * (high - low)
         meta.append(where)
-    return {"x": x}, meta
+    return _with_groups(x, meta), meta
+
+
+def _with_groups(x: np.ndarray, meta: list) -> dict:
+    """The npz's arrays: x, and each crop's photo (a face of the LFW subset its own) as `groups`
+    (pydsz.model.data.load_groups), what a user who cut the crops knows and cross-fitting keeps apart;
+    none where all are of one photo (the face models' oracle split: the cameraman's)."""
+    groups = np.array([m["source"] + (f"/{m['index']}" if "index" in m else "") for m in meta])
+    return {"x": x, "groups": groups} if len(set(groups.tolist())) > 1 else {"x": x}
 
 
 # ---- build ------------------------------------------------------------------------------------------

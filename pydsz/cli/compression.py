@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pydsz.cli.options import (
+    GROUPS_HELP,
     add_cache_argument,
     add_compensation_arguments,
     add_data_arguments,
@@ -13,6 +14,7 @@ from pydsz.cli.options import (
     add_retraining_arguments,
     calibration_for,
     calibration_inputs,
+    compensation_for,
     data_for,
     load_tflite,
     max_loss,
@@ -33,7 +35,6 @@ def cmd_compress(args) -> None:
     from pydsz.assess.executor import Local
     from pydsz.assess.executor import make as make_executor
     from pydsz.compress import footprint
-    from pydsz.compress.compensation import Compensation
     from pydsz.compress.pipeline import compress
     from pydsz.compress.report import write_report
     from pydsz.format.files import check_folder, check_output, write_atomic
@@ -75,7 +76,7 @@ def cmd_compress(args) -> None:
         else:
             result = compress(model, x, y, budget, target_ratio=args.target_ratio,
                               layers=Selection(args.layers, args.min_layer_bytes),
-                              compensation=Compensation(enabled=args.compensate, calibration=calibration),
+                              compensation=compensation_for(args, x, calibration),
                               run=_run(args, device, executor, allowance))
     finally:
         executor.close()
@@ -101,7 +102,6 @@ def cmd_compress(args) -> None:
 def _compress_pruned(args, model: bytes, x, y, budget, device: str, executor):
     """dsz compress --prune auto: prune (retraining with --train, else one-shot) and compress under the one
     --max-loss (pydsz.compress.prune_compress)."""
-    from pydsz.compress.compensation import Compensation
     from pydsz.compress.prune_compress import Pruning, compress_pruned
     from pydsz.model.data import load_npz
     from pydsz.model.selection import Selection
@@ -117,7 +117,7 @@ def _compress_pruned(args, model: bytes, x, y, budget, device: str, executor):
     calibration = calibration_inputs(args, model) if args.calibration else None
     pruning = Pruning(train, calibration, Retraining(epochs=args.epochs, distill=args.distill))
     return compress_pruned(model, x, y, budget, layers=Selection(args.layers, args.min_layer_bytes),
-                           pruning=pruning, compensation=Compensation(enabled=args.compensate),
+                           pruning=pruning, compensation=compensation_for(args, x),
                            run=_run(args, device, executor))
 
 
@@ -275,7 +275,7 @@ def add_commands(sub) -> None:
                        "in --metric: " + ", ".join(metrics_names()) + ".")
     p.add_argument("model", help="input .tflite model (pruned for high ratios: see dsz prune)")
     add_data_arguments(p, "calibration data: an .npz with x (or x0, x1, ... / the inputs' names) and, for "
-                        "label metrics, y; or a directory of PNG/JPEG images")
+                        "label metrics, y; or a directory of PNG/JPEG images" + GROUPS_HELP)
     add_metric_arguments(p)
     p.add_argument("--max-loss", type=max_loss, default=None,
                    help="the largest loss allowed, in the metric's unit: top1/topk/agreement/expected-top1 0.003 = 0.3 points "

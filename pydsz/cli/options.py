@@ -244,6 +244,11 @@ def layers(text: str) -> str:
     return text
 
 
+# --data's help where the compensation cross-fits it
+GROUPS_HELP = ("; an .npz may give each sample's source (the photo a crop was cut from, the recording of a clip) in "
+               "an array 'groups', which cross-fitting keeps apart")
+
+
 def add_compensation_arguments(p) -> None:
     compensation = p.add_mutually_exclusive_group()
     compensation.add_argument("--compensate", action="store_const", const=True, default=None,
@@ -258,6 +263,20 @@ def add_compensation_arguments(p) -> None:
                    help="more inputs for the compensation's Hessians (an .npz with x, or a directory of "
                    "images, mapped by --normalize; no labels needed), disjoint from --data, used instead of "
                    "cross-fitting --data")
+
+
+def compensation_for(args, x, calibration=None):
+    """--compensate / --no-compensate, with the Hessians' own inputs (--calibration, or None) and --data's
+    `groups` (pydsz.model.data.load_groups), which cross-fitting keeps apart; says so unless --quiet."""
+    from pydsz.compress.compensation import Compensation
+    from pydsz.model.data import GROUPS, load_groups, sample_count
+
+    groups = load_groups(args.data, sample_count(x))
+    if groups is not None and not args.quiet and args.compensate is not False:
+        print(f"--data: {len(groups)} samples of {len(set(groups.tolist()))} groups ('{GROUPS}'): "
+              + ("unused, the compensation's Hessians come from --calibration" if calibration is not None else
+                 "cross-fitting keeps each group within one half"))
+    return Compensation(enabled=args.compensate, calibration=calibration, groups=groups)
 
 
 def calibration_for(args, model_bytes: bytes):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from pydsz.cli.options import (
+    GROUPS_HELP,
     add_compensation_arguments,
     add_data_arguments,
     add_device_argument,
@@ -12,6 +13,7 @@ from pydsz.cli.options import (
     add_metric_arguments,
     add_output_arguments,
     calibration_for,
+    compensation_for,
     data_for,
     load_tflite,
     progress,
@@ -21,7 +23,6 @@ from pydsz.cli.options import (
 
 def cmd_diff(args) -> None:
     from pydsz.budget.rule import Budget
-    from pydsz.compress.compensation import Compensation
     from pydsz.compress.diff import diff
     from pydsz.context import Run
     from pydsz.format.files import check_output, write_atomic
@@ -35,7 +36,7 @@ def cmd_diff(args) -> None:
     x, y = data_for(args, new)
     result = diff(base, new, x, y, Budget(args.metric, args.max_loss, margin=args.margin, output=args.model_output),
                   layers=Selection(args.layers, args.min_layer_bytes),
-                  compensation=Compensation(enabled=args.compensate, calibration=calibration_for(args, new)),
+                  compensation=compensation_for(args, x, calibration_for(args, new)),
                   run=Run(args.num_threads, resolve_device(args), progress=progress(args)))
     write_atomic(args.output, result.update)
     if args.quiet:
@@ -80,7 +81,7 @@ def add_commands(sub) -> None:
     p.add_argument("base", help="the .dsz or .tflite the device holds")
     p.add_argument("model", help="the new .tflite model (the same graph)")
     add_data_arguments(p, "the data the budget is measured on: an .npz with x (and y for label metrics), or a "
-                       "directory of images")
+                       "directory of images" + GROUPS_HELP)
     add_metric_arguments(p)
     p.add_argument("--max-loss", type=float, default=None, help="the loss the patched model may have against the "
                    "new one, in the metric's unit, with dsz compress's defaults")

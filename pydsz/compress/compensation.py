@@ -60,10 +60,13 @@ class Compensation:
     CROSSFIT_SAMPLES), False never. calibration: the inputs (as the data takes them) whose Hessians
     the compensation uses, disjoint from the decisions' data; without them the data is cross-fitted
     (CrossFit), or, below CROSSFIT_SAMPLES and asked for, the Hessians fit the very samples the loss
-    is measured on, and a warning says that it is then optimistic."""
+    is measured on, and a warning says that it is then optimistic. groups: each sample's source in the
+    data (pydsz.model.data.load_groups), which cross-fitting keeps within one half (two_halves), or None:
+    each sample its own."""
 
     enabled: Optional[bool] = None
     calibration: object = None
+    groups: object = None
 
     def __post_init__(self):
         if self.calibration is not None and self.enabled is False:
@@ -208,14 +211,15 @@ class Compensator:
 
 class CrossFit:
     """Compensation cross-fitted on the decisions' own data: the samples split in two halves at random
-    (seeded: the same data, the same split), each half's loss measured with weights compensated on the
+    (seeded: the same data, the same split; by `groups`, each sample's source, where given), each half's loss measured with weights compensated on the
     other half's Hessians (`folds`: (the samples measured, the Compensator fitted without them)), and the
     weights stored (`weights`) compensated on all of them. The measured loss is then that of a
     compensation meeting data it was not fitted on, as the file does after it; the stored weights, their
     Hessians from twice the samples, do no worse there."""
 
-    def __init__(self, tflite_bytes: bytes, x, layers: Sequence[str], num_threads: Optional[int] = None):
-        halves = two_halves(sample_count(x))
+    def __init__(self, tflite_bytes: bytes, x, layers: Sequence[str], num_threads: Optional[int] = None,
+                 groups=None):
+        halves = two_halves(sample_count(x), groups)
         self.whole = Compensator(tflite_bytes, x, layers, num_threads=num_threads)
         self.folds = [(halves[1 - k], Compensator(tflite_bytes, take_samples(x, halves[k]), layers, num_threads=num_threads))
                       for k in (0, 1)]
@@ -287,11 +291,11 @@ def compensable(model: TFLiteModel) -> list:
 
 
 def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibration=None,
-              num_threads: Optional[int] = None) -> tuple[object, list[str]]:
+              num_threads: Optional[int] = None, groups=None) -> tuple[object, list[str]]:
     """The Compensator of the named layers that it can change (float32 weights of one layer each), and
     the warnings about its data. x: the decisions' inputs, fitted (runtime.fit_inputs); calibration:
-    the inputs its Hessians come from (as x takes them), or None to take x: cross-fitted (CrossFit)
-    where it has CROSSFIT_SAMPLES, else fitted on the very samples the loss is measured on, which a
+    the inputs its Hessians come from (as x takes them), or None to take x: cross-fitted (CrossFit, its
+    halves keeping x's `groups` apart) where it has CROSSFIT_SAMPLES, else fitted on the very samples the loss is measured on, which a
     warning then says.
 
     Where most of the decisions' samples are calibration samples too, a layer whose Hessian those
@@ -311,7 +315,7 @@ def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibrat
     if calibration is None and sample_count(own) >= CROSSFIT_SAMPLES:
         # each half's loss is measured with weights fitted on the other: a fit that holds on nothing else
         # shows as loss there, so no layer needs leaving out
-        crossfit = CrossFit(tflite_bytes, own, [l.name for l in chosen], num_threads=num_threads)
+        crossfit = CrossFit(tflite_bytes, own, [l.name for l in chosen], num_threads=num_threads, groups=groups)
         return crossfit, list(crossfit.warnings)
     decisions = sample_count(x)
     shared = decisions if calibration is None else _shared(x, own)

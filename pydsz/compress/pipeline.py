@@ -221,7 +221,7 @@ def compress(
     names = [l.name for l in chosen]
     x = runtime.fit_inputs(model.input_details(), x)
     compensator, compensation_warnings = (
-        compensation_for(data, names, x, compensation.calibration, run.num_threads)
+        compensation_for(data, names, x, compensation.calibration, run.num_threads, compensation.groups)
         if compensation.on(len(x[0])) else (None, []))
     evaluator = Evaluator(data, x, y, names, deciding, run=run, compensator=compensator)
     n = evaluator.samples
