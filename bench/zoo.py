@@ -2,8 +2,8 @@
 never saw, against what a user would ship instead.
 
     nice -n 10 python3 bench/zoo.py [--models a,b] [--budgets 0.01,0.005] [--flags=...] [--json PATH]
-    nice -n 10 python3 bench/zoo.py --models classifiers --budgets 0.005,0.01 --oracle all \
-        --json bench/results/zoo_classifiers.json
+    nice -n 10 python3 bench/zoo.py --models classifiers --oracle all --json bench/results/zoo_classifiers.json
+    nice -n 10 python3 bench/zoo.py --models all --oracle M1,M2,... --json PATH   (one run of every row)
 
 Models and data: bench/builders/zoo_data.py (openWakeWord's mel spectrogram, embedding and two wake-word
 models, microWakeWord's okay_nabu, Spotify's basic-pitch, MediaPipe's hand_landmark_full, iris_landmark,
@@ -307,11 +307,27 @@ def plot(rows: list, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+# the budgets a model is run at without --budgets: the models by others at 1% output error, the classifiers
+# at half a point and a point of top-1 (their labels resolve both)
+BUDGETS, CLASSIFIER_BUDGETS = "0.01", "0.005,0.01"
+
+
+def _commit() -> str:
+    """HEAD, marked where the tree the run imports differs from it."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (" (uncommitted changes)" if git("status", "--porcelain",
+                                                                                   "pydsz", "bench") else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(m.name for m in zoo_data.MODELS),
-                        help="comma-separated; 'classifiers' for bench/builders/zoo_classifiers.py's")
-    parser.add_argument("--budgets", default="0.01", help="comma-separated --max-loss values, or input")
+                        help="comma-separated; 'classifiers' for bench/builders/zoo_classifiers.py's, 'all' for "
+                        "both them and the models by others")
+    parser.add_argument("--budgets", default=None, help=f"comma-separated --max-loss values, or input (default "
+                        f"{BUDGETS}, the classifiers {CLASSIFIER_BUDGETS})")
     parser.add_argument("--cache", type=Path, default=zoo_data.DEFAULT_CACHE)
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per dsz compress")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "zoo.json")
@@ -321,14 +337,19 @@ def main() -> int:
     parser.add_argument("--flags", default="", help="more dsz compress arguments, to compare a variant with the "
                         "defaults (e.g. --flags=--no-compensate)")
     args = parser.parse_args()
-    budgets = [b if b == "input" else float(b) for b in args.budgets.split(",")]
-    names = args.models.replace("classifiers", ",".join(zoo_classifiers.BY_NAME)).split(",")
-    rows = []
+    sets = {"classifiers": list(zoo_classifiers.BY_NAME),
+            "all": [m.name for m in zoo_data.MODELS] + list(zoo_classifiers.BY_NAME)}
+    names = [name for given in args.models.split(",") for name in sets.get(given, [given])]
+    record = {"machine": machine_info(pydsz=pydsz.__version__), "commit": _commit(), "complete": False, "runs": []}
     for name in names:
-        rows += run_model(name, budgets, args.cache, args.timeout, tuple(args.flags.split()),
-                          oracle=args.oracle == "all" or name in args.oracle.split(","))
+        given = args.budgets or (CLASSIFIER_BUDGETS if name in zoo_classifiers.BY_NAME else BUDGETS)
+        budgets = [b if b == "input" else float(b) for b in given.split(",")]
+        record["runs"] += run_model(name, budgets, args.cache, args.timeout, tuple(args.flags.split()),
+                                    oracle=args.oracle == "all" or name in args.oracle.split(","))
+        args.json.write_text(json.dumps(record, indent=1))  # after every model: a long run keeps what it measured
+    rows = record["runs"]
     print(table(rows))
-    args.json.write_text(json.dumps({"machine": machine_info(pydsz=pydsz.__version__), "runs": rows}, indent=1))
+    args.json.write_text(json.dumps({**record, "complete": True}, indent=1))
     plot(rows, args.json.with_suffix(".png"))
     print(f"wrote {args.json} and {args.json.with_suffix('.png')}")
     return 0

@@ -14,7 +14,7 @@ from pydsz.cli.options import (
     add_retraining_arguments,
     calibration_for,
     calibration_inputs,
-    compensation_for,
+    compensation_from,
     data_for,
     load_tflite,
     max_loss,
@@ -76,7 +76,7 @@ def cmd_compress(args) -> None:
         else:
             result = compress(model, x, y, budget, target_ratio=args.target_ratio,
                               layers=Selection(args.layers, args.min_layer_bytes),
-                              compensation=compensation_for(args, x, calibration),
+                              compensation=compensation_from(args, x, calibration),
                               run=_run(args, device, executor, allowance))
     finally:
         executor.close()
@@ -117,7 +117,7 @@ def _compress_pruned(args, model: bytes, x, y, budget, device: str, executor):
     calibration = calibration_inputs(args, model) if args.calibration else None
     pruning = Pruning(train, calibration, Retraining(epochs=args.epochs, distill=args.distill))
     return compress_pruned(model, x, y, budget, layers=Selection(args.layers, args.min_layer_bytes),
-                           pruning=pruning, compensation=compensation_for(args, x),
+                           pruning=pruning, compensation=compensation_from(args, x),
                            run=_run(args, device, executor))
 
 

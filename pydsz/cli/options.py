@@ -265,18 +265,21 @@ def add_compensation_arguments(p) -> None:
                    "cross-fitting --data")
 
 
-def compensation_for(args, x, calibration=None):
+def compensation_from(args, x, calibration=None):
     """--compensate / --no-compensate, with the Hessians' own inputs (--calibration, or None) and --data's
-    `groups` (pydsz.model.data.load_groups), which cross-fitting keeps apart; says so unless --quiet."""
+    `groups` (pydsz.model.data.load_groups), which cross-fitting keeps apart; says what became of them
+    unless --quiet."""
     from pydsz.compress.compensation import Compensation
-    from pydsz.model.data import GROUPS, load_groups, sample_count
+    from pydsz.model.data import CROSSFIT_SAMPLES, GROUPS, load_groups, sample_count
 
-    groups = load_groups(args.data, sample_count(x))
-    if groups is not None and not args.quiet and args.compensate is not False:
-        print(f"--data: {len(groups)} samples of {len(set(groups.tolist()))} groups ('{GROUPS}'): "
-              + ("unused, the compensation's Hessians come from --calibration" if calibration is not None else
-                 "cross-fitting keeps each group within one half"))
-    return Compensation(enabled=args.compensate, calibration=calibration, groups=groups)
+    n = sample_count(x)
+    compensation = Compensation(enabled=args.compensate, calibration=calibration, groups=load_groups(args.data, n))
+    if compensation.groups is not None and not args.quiet and compensation.on(n):
+        use = ("unused: the compensation's Hessians come from --calibration" if calibration is not None else
+               f"unused: fewer than {CROSSFIT_SAMPLES} samples are not cross-fitted" if n < CROSSFIT_SAMPLES else
+               "cross-fitting keeps each group within one half")
+        print(f"--data: {n} samples of {len(set(compensation.groups.tolist()))} groups ('{GROUPS}'): {use}")
+    return compensation
 
 
 def calibration_for(args, model_bytes: bytes):

@@ -13,7 +13,7 @@ from pydsz.cli.options import (
     add_metric_arguments,
     add_output_arguments,
     calibration_for,
-    compensation_for,
+    compensation_from,
     data_for,
     load_tflite,
     progress,
@@ -36,7 +36,7 @@ def cmd_diff(args) -> None:
     x, y = data_for(args, new)
     result = diff(base, new, x, y, Budget(args.metric, args.max_loss, margin=args.margin, output=args.model_output),
                   layers=Selection(args.layers, args.min_layer_bytes),
-                  compensation=compensation_for(args, x, calibration_for(args, new)),
+                  compensation=compensation_from(args, x, calibration_for(args, new)),
                   run=Run(args.num_threads, resolve_device(args), progress=progress(args)))
     write_atomic(args.output, result.update)
     if args.quiet:

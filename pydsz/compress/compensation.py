@@ -162,7 +162,7 @@ class Compensator:
             if self.pool is not None:
                 self.pool.factor(name)
             else:
-                self.factor(name, self.hessian_sum(name).result())
+                self.factor_from(name, self.hessian_sum(name).result())
         return self._sweeps[name]
 
     def hessian_sum(self, name: str) -> HessianSum:
@@ -171,7 +171,7 @@ class Compensator:
             self._hessians = Sequential(self.model, self.x, list(self.layers.values()), self.num_threads)
         return self._hessians.sums(self.model, self.layers[name])
 
-    def factor(self, name: str, h: np.ndarray) -> None:
+    def factor_from(self, name: str, h: np.ndarray) -> None:
         """The layer's sweeps made from its Hessian h, which is spent."""
         # GPTQ's act-order: the columns whose inputs are largest are rounded first, while the most
         # columns are left to take their error (iris_landmark at a 1% budget: 1.3% smaller at 13%
@@ -211,11 +211,11 @@ class Compensator:
 
 class CrossFit:
     """Compensation cross-fitted on the decisions' own data: the samples split in two halves at random
-    (seeded: the same data, the same split; by `groups`, each sample's source, where given), each half's loss measured with weights compensated on the
-    other half's Hessians (`folds`: (the samples measured, the Compensator fitted without them)), and the
-    weights stored (`weights`) compensated on all of them. The measured loss is then that of a
-    compensation meeting data it was not fitted on, as the file does after it; the stored weights, their
-    Hessians from twice the samples, do no worse there."""
+    (seeded: the same data, the same split; each source whole where `groups` gives the samples' sources),
+    each half's loss measured with weights compensated on the other half's Hessians (`folds`: (the samples
+    measured, the Compensator fitted without them)), and the weights stored (`weights`) compensated on all
+    of them. The measured loss is then that of a compensation meeting data it was not fitted on, as the
+    file does after it; the stored weights, their Hessians from twice the samples, do no worse there."""
 
     def __init__(self, tflite_bytes: bytes, x, layers: Sequence[str], num_threads: Optional[int] = None,
                  groups=None):
@@ -255,8 +255,8 @@ class CrossFit:
         for _, part in self.folds:
             fold = part.hessian_sum(name)
             pooled.absorb(fold)
-            part.factor(name, fold.result())
-        self.whole.factor(name, pooled.result())
+            part.factor_from(name, fold.result())
+        self.whole.factor_from(name, pooled.result())
 
     def footprint(self) -> dict:
         """The three Compensators' (each half's data a copy; one Hessian at work at a time, beside the
@@ -295,8 +295,8 @@ def for_model(tflite_bytes: bytes, layer_names: Sequence[str], x: list, calibrat
     """The Compensator of the named layers that it can change (float32 weights of one layer each), and
     the warnings about its data. x: the decisions' inputs, fitted (runtime.fit_inputs); calibration:
     the inputs its Hessians come from (as x takes them), or None to take x: cross-fitted (CrossFit, its
-    halves keeping x's `groups` apart) where it has CROSSFIT_SAMPLES, else fitted on the very samples the loss is measured on, which a
-    warning then says.
+    halves keeping x's `groups` apart) where it has CROSSFIT_SAMPLES, else fitted on the very samples the
+    loss is measured on, which a warning then says.
 
     Where most of the decisions' samples are calibration samples too, a layer whose Hessian those
     samples leave singular is not compensated: its compensation fits them exactly, and the loss

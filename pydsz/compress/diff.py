@@ -116,8 +116,9 @@ def diff(base: bytes, new: bytes, x, y=None, budget: Union[None, float, Budget] 
     x = runtime.fit_inputs(model.input_details(), x)
     # compensated as dsz compress is (cross-fitted on the data), each delta-coded layer's difference from
     # the held values (Compensator.predict_from)
-    compensator, notes = (compensation_for(new, changed, x, compensation.calibration, run.num_threads, compensation.groups)
-                          if compensation.on(len(x[0])) else (None, []))
+    compensator, notes = (
+        compensation_for(new, changed, x, compensation.calibration, run.num_threads, compensation.groups)
+        if compensation.on(len(x[0])) else (None, []))
     evaluator = Evaluator(new, x, y, changed, budget.metric, run=run, compensator=compensator)
     evaluator.predict_from({n: held.weight(n) for n in changed if _delta_coded(held, model, n)})
     n = evaluator.samples
