@@ -242,6 +242,12 @@ def test_dsz_compress_cross_fits_by_the_groups_of_its_data_and_refuses_groups_th
     assert refused.stderr.strip().splitlines() == [f"dsz: error: {data}: array 'groups' has 60 values for 64 samples; "
                                                    "give one per sample"]
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["crops.npz"]
+    np.savez(data, x=x[:64], y=y[:64], groups=np.arange(64) % 5)  # dsz prune's one-shot auto cross-fits too
+    pruned = subprocess.run([sys.executable, "-m", "pydsz.cli", "prune", str(bundled("lenet300.tflite")), "--method",
+                             "oneshot", "--sparsity", "0.5", "--data", str(data), "-o", str(out)],
+                            capture_output=True, text=True)
+    assert pruned.returncode == 0, pruned.stderr
+    assert "groups ('groups'): unused: only --sparsity auto's trials are cross-fitted" in pruned.stdout
 
 
 def test_a_solve_stays_within_what_the_footprint_counts_for_it():

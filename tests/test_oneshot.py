@@ -620,6 +620,11 @@ def test_one_shot_trials_are_judged_on_samples_their_hessians_never_saw():
     mixed = oneshot._crossfit(np.concatenate([other, judged[:40]]), judged)  # partly shared: the rest kept
     assert all(len(fitting) == 32 + 40 - np.sum(measured < 40) for measured, fitting in mixed)
     assert oneshot._crossfit(judged[:15], judged[:15]) is None  # too few to split
+    groups = np.arange(64) % 5  # crops of five photos, interleaved: each photo's wholly in one half
+    for measured, fitting in oneshot._crossfit(judged, judged, groups):
+        held = set(groups[measured])
+        assert held and not held & set(groups[np.setdiff1d(np.arange(64), measured)])
+        assert len(fitting) == 64 - len(measured)  # pruned on the other photos' samples
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from pydsz.cli.options import (
     calibration_inputs,
     compensation_from,
     data_for,
+    groups_from,
     load_tflite,
     max_loss,
     memory_size,
@@ -116,9 +117,10 @@ def _compress_pruned(args, model: bytes, x, y, budget, device: str, executor):
     train = load_npz(args.train) if args.train else None
     calibration = calibration_inputs(args, model) if args.calibration else None
     pruning = Pruning(train, calibration, Retraining(epochs=args.epochs, distill=args.distill))
+    # one-shot trials calibrated on --data are cross-fitted on it, whatever the compensation
+    compensation = compensation_from(args, x, pruning_crossfits=train is None and calibration is None)
     return compress_pruned(model, x, y, budget, layers=Selection(args.layers, args.min_layer_bytes),
-                           pruning=pruning, compensation=compensation_from(args, x),
-                           run=_run(args, device, executor))
+                           pruning=pruning, compensation=compensation, run=_run(args, device, executor))
 
 
 def _budget(args, model: bytes, x, y):
@@ -173,7 +175,7 @@ def cmd_prune(args) -> None:
     model = load_tflite(args.model, warn=not args.quiet)
     memory, extra = {"data": 0, "batch_bytes": 0, "outputs": 0}, {}
     if args.method == "oneshot":
-        from pydsz.model.data import load_data
+        from pydsz.model.data import load_data, sample_count
         from pydsz.model.graph import TFLiteModel
         from pydsz.model.selection import KINDS
 
@@ -182,10 +184,12 @@ def cmd_prune(args) -> None:
         calibration = (load_data(args.train, TFLiteModel(model), normalize=args.normalize)[0] if args.train
                        else val[0])
         memory, extra = _oneshot_memory(model, calibration, val[0], args.layers, auto=args.sparsity == "auto")
+        unused = ("--train calibrates the pruning" if args.train else
+                  "" if args.sparsity == "auto" else "only --sparsity auto's trials are cross-fitted")
         result = prune_oneshot(model, calibration, val, args.sparsity, kinds=KINDS[args.layers],
                                auto_budget=Budget(args.metric, args.auto_budget, output=args.model_output,
                                                   option="--auto-budget", margin_option=None),
-                               run=_run(args, "cpu"))
+                               run=_run(args, "cpu"), groups=groups_from(args, sample_count(val[0]), unused))
     else:
         if args.normalize is not None or args.metric is not None or args.model_output is not None:
             raise InputError("--normalize, --metric and --model-output are for --method oneshot; --method retrain "
@@ -328,7 +332,8 @@ def add_commands(sub) -> None:
                    help="retrain (needs --train) or oneshot (calibrates on --train when given, else on --data)")
     p.add_argument("--train", help="training .npz with arrays x and y (retrain: required; oneshot: calibration set, "
                    "an .npz or a directory of images, no labels needed)")
-    add_data_arguments(p, "validation .npz with arrays x and y (oneshot: labels optional, or a directory of images)")
+    add_data_arguments(p, "validation .npz with arrays x and y (oneshot: labels optional, or a directory of images)"
+                       + GROUPS_HELP)
     add_metric_arguments(p)
     p.add_argument("--sparsity", type=_prune_sparsity, required=True,
                    help="fraction pruned: 0.92 (every layer), fc1=0.92,fc2=0.91, auto (the per-layer plan of the smallest "

@@ -265,21 +265,30 @@ def add_compensation_arguments(p) -> None:
                    "cross-fitting --data")
 
 
-def compensation_from(args, x, calibration=None):
+def groups_from(args, n: int, unused: str = ""):
+    """--data's `groups` (pydsz.model.data.load_groups) for its n samples, or None; unless --quiet says that
+    cross-fitting keeps them apart, or why they go `unused`."""
+    from pydsz.model.data import GROUPS, load_groups
+
+    groups = load_groups(args.data, n)
+    if groups is not None and not args.quiet:
+        print(f"--data: {n} samples of {len(set(groups.tolist()))} groups ('{GROUPS}'): "
+              + (f"unused: {unused}" if unused else "cross-fitting keeps each group within one half"))
+    return groups
+
+
+def compensation_from(args, x, calibration=None, pruning_crossfits: bool = False):
     """--compensate / --no-compensate, with the Hessians' own inputs (--calibration, or None) and --data's
-    `groups` (pydsz.model.data.load_groups), which cross-fitting keeps apart; says what became of them
-    unless --quiet."""
+    `groups` (groups_from), which cross-fitting keeps apart: the compensation's, and with pruning_crossfits
+    one-shot pruning's trials' (calibrated on --data)."""
     from pydsz.compress.compensation import Compensation
-    from pydsz.model.data import CROSSFIT_SAMPLES, GROUPS, load_groups, sample_count
+    from pydsz.model.data import CROSSFIT_SAMPLES, sample_count
 
     n = sample_count(x)
-    compensation = Compensation(enabled=args.compensate, calibration=calibration, groups=load_groups(args.data, n))
-    if compensation.groups is not None and not args.quiet and compensation.on(n):
-        use = ("unused: the compensation's Hessians come from --calibration" if calibration is not None else
-               f"unused: fewer than {CROSSFIT_SAMPLES} samples are not cross-fitted" if n < CROSSFIT_SAMPLES else
-               "cross-fitting keeps each group within one half")
-        print(f"--data: {n} samples of {len(set(compensation.groups.tolist()))} groups ('{GROUPS}'): {use}")
-    return compensation
+    unused = ("" if pruning_crossfits else "--no-compensate" if args.compensate is False else
+              "the compensation's Hessians come from --calibration" if calibration is not None else
+              f"fewer than {CROSSFIT_SAMPLES} samples are not cross-fitted" if n < CROSSFIT_SAMPLES else "")
+    return Compensation(enabled=args.compensate, calibration=calibration, groups=groups_from(args, n, unused))
 
 
 def calibration_for(args, model_bytes: bytes):

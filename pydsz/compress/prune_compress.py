@@ -75,7 +75,8 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
     """Prune `tflite_bytes` with auto sparsity and compress it, the loss of both together within
     `budget` on (x, y) (pipeline.compress's arguments). pruning: retraining (top-1 only, FC layers
     only) or one-shot (the layers of `layers`). compensation: each compress's (pipeline.compress's, whose
-    default it is). Returns compress's Result for the smallest .dsz and the Split."""
+    default it is); its `groups`, x's, one-shot trials cross-fitted on x keep apart too. Returns compress's
+    Result for the smallest .dsz and the Split."""
     data = bytes(tflite_bytes)
     model = TFLiteModel(data)
     budget = Budget.of(budget).for_model(model, y is not None)
@@ -115,13 +116,14 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
                 pruned = retraining.prune_model(data, train, (x, y), "auto", settings=pruning.settings,
                                                 auto_budget=share_budget, run=replace(run, executor=None))
             else:  # its trials judged in the decisions' metric alone: the labels check the file, below
-                pruned = _oneshot(data, calibration, (x, y), layers, share_budget.decisions(y is not None), run)
+                pruned = _oneshot(data, calibration, (x, y), layers, share_budget.decisions(y is not None), run,
+                                  compensation.groups)
             out = judge.outputs_of(pruned.tflite)
             labelled = judge.measure_model_in(out, [metric])[0].loss
             if not retrain and apart and labelled > budget.allowed(n):
                 # the labels see the plan lose more than the whole budget, which no bounds could take back: its
                 # trials checked on the labels too (within the share, as `dsz prune` checks its own budget)
-                pruned = _oneshot(data, calibration, (x, y), layers, share_budget, run)
+                pruned = _oneshot(data, calibration, (x, y), layers, share_budget, run, compensation.groups)
                 out = judge.outputs_of(pruned.tflite)
                 labelled = judge.measure_model_in(out, [metric])[0].loss
         except NoiseError as exc:
@@ -162,10 +164,10 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
     return result, split
 
 
-def _oneshot(data: bytes, calibration, val: tuple, layers: str, budget: Budget, run: Run):
+def _oneshot(data: bytes, calibration, val: tuple, layers: str, budget: Budget, run: Run, groups=None):
     """oneshot.prune_model's auto plan for `budget`, its layers of kind `layers`."""
     return oneshot.prune_model(data, calibration, val, "auto", kinds=KINDS[layers], run=replace(run, executor=None),
-                               auto_budget=budget)
+                               auto_budget=budget, groups=groups)
 
 
 def _count_pruning(memory: dict, pruning: dict) -> None:

@@ -82,7 +82,7 @@ def prune_layers(tflite_bytes: bytes, x: np.ndarray, sparsity: Union[float, Mapp
 def prune_model(
     tflite_bytes: bytes, calibration: np.ndarray, val: tuple[np.ndarray, Optional[np.ndarray]],
     sparsity: Union[float, Mapping[str, float], tuple[int, int], str], *, kinds: Sequence[str] = ("fc",),
-    auto_budget: Union[float, Budget] = 0.001, run: Run = Run(),
+    auto_budget: Union[float, Budget] = 0.001, run: Run = Run(), groups: Optional[np.ndarray] = None,
 ) -> PruneResult:
     """Prune the layers of `kinds` one-shot (SparseGPT from calibration inputs, no training).
     sparsity: a fraction, {layer: fraction}, an n:m pattern (n, m), or "auto" (as auto_sparsity
@@ -90,7 +90,8 @@ def prune_model(
     by default top1 with labels, expected-top1 without for a classifier, output-error otherwise; its
     margin and option name), or a number as max_loss in that default metric with auto's margin. The
     labels, when given, also measure top-1 before and after; without them the budget's metric says
-    what pruning cost."""
+    what pruning cost. groups: each sample of val's source (pydsz.model.data.load_groups), which auto's
+    trials, cross-fitted where the calibration inputs are val's, keep within one half."""
     x_val, y_val = val
 
     def top1(model: bytes) -> Optional[float]:
@@ -102,7 +103,7 @@ def prune_model(
     notes: list[str] = []
     if sparsity == "auto":
         notes.append(f"auto judged by {judged.metric.spec}" + (f" ({judged.reason})" if judged.reason else ""))
-        sparsity, warnings = _oneshot_auto(tflite_bytes, calibration, val, kinds, judged, run)
+        sparsity, warnings = _oneshot_auto(tflite_bytes, calibration, val, kinds, judged, run, groups)
         notes += warnings
     elif isinstance(sparsity, str):
         raise InputError(f"sparsity {sparsity!r}: give a fraction, name=value pairs, n:m or auto")
@@ -130,7 +131,7 @@ def footprint(model: TFLiteModel, probe, samples: int, kinds: Sequence[str], aut
 
 
 def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kinds: Sequence[str], judged: Budget,
-                  run: Run) -> tuple[dict[str, float], list[str]]:
+                  run: Run, groups: Optional[np.ndarray] = None) -> tuple[dict[str, float], list[str]]:
     """auto's plan with one-shot trials (pydsz.prune.auto_sparsity): per layer, SparseGPT on that layer alone at each
     rung (its Hessian from the calibration inputs, once, along the cuts), the loss of each measured on `val` and its
     bytes from libdsz; the knapsack's family of plans; then the most pruned plan whose one-shot pruning
@@ -180,7 +181,7 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     factors.clear()
     family = auto_sparsity.plans(curves)
 
-    folds = _crossfit(calibration, x_val)
+    folds = _crossfit(calibration, x_val, groups)
 
     def trial(plan: dict) -> auto_sparsity.Trial:
         # the plan as it will be pruned, on every calibration sample; cross-fitted, also each half of the data
@@ -208,9 +209,9 @@ def _oneshot_auto(tflite_bytes: bytes, calibration: np.ndarray, val: tuple, kind
     return dict(plan), [note, *warnings]
 
 
-def _crossfit(calibration, x_val) -> Optional[list]:
+def _crossfit(calibration, x_val, groups=None) -> Optional[list]:
     """The trials' folds where the calibration inputs include samples they are judged on: per half of the
-    judged samples (data.two_halves), (its indices, the calibration samples outside it) to prune on, so that
+    judged samples (data.two_halves, each of the `groups` whole), (its indices, the calibration samples outside it) to prune on, so that
     each half is judged pruned on Hessians that never saw it. None where fewer than CROSSFIT_SAMPLES are
     shared. Fitted on its own samples, one-shot pruning keeps their outputs where a layer has more inputs
     than there are samples: LeNet-5 pruned 80/50% by --prune auto at 1 point on 128 unlabelled images
@@ -219,7 +220,7 @@ def _crossfit(calibration, x_val) -> Optional[list]:
     if len(set(judged) & set(own)) < CROSSFIT_SAMPLES:
         return None
     folds = []
-    for measured in two_halves(len(judged)):
+    for measured in two_halves(len(judged), groups):
         held = {judged[i] for i in measured}
         folds.append((measured, take_samples(calibration, np.array([i for i, d in enumerate(own) if d not in held]))))
     return folds
