@@ -250,6 +250,30 @@ def test_dsz_compress_cross_fits_by_the_groups_of_its_data_and_refuses_groups_th
     assert "groups ('groups'): unused: only --sparsity auto's trials are cross-fitted" in pruned.stdout
 
 
+@pytest.mark.runtime
+def test_the_solved_weights_kept_stay_within_what_the_footprint_counts(calibration):
+    # the assessment's rungs solve each layer at many bounds: kept without a bound on their count, they held
+    # fmnist_mlp_50k 14 MiB beyond its printed bound; verification's trials use every layer at its bound again
+    tflite = bundled("lenet300.tflite").read_bytes()
+    compensator = compensation.Compensator(tflite, calibration, ["fc1", "fc2"])
+    kept = compensator.footprint()["compensated weights kept"]
+    plan = {"fc1": BOUND, "fc2": BOUND}
+    for step in (0.5, 0.25, 0.125, 2.0):  # a ladder's rungs, layer by layer
+        for name in plan:
+            compensator.weights(name, BOUND * step)
+    for name, bound in plan.items():
+        compensator.weights(name, bound)
+    assert sum(w.nbytes for w in compensator._solved.values()) <= kept
+    solved = dict(compensator._solved)
+    for changed in plan:  # trials of one layer at another bound: the plan's weights are not solved again
+        trial = {**plan, changed: BOUND * 0.9}
+        for name, bound in trial.items():
+            compensator.weights(name, bound)
+        assert all(compensator._solved.get(key) is w for key, w in solved.items() if key[1] == plan[key[0]]
+                   and key[0] != changed)
+        assert sum(w.nbytes for w in compensator._solved.values()) <= kept
+
+
 def test_a_solve_stays_within_what_the_footprint_counts_for_it():
     import tracemalloc
 

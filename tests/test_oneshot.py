@@ -605,7 +605,8 @@ def test_the_memory_bound_counts_the_kernels_temporaries_and_the_compensation(le
     assert parts["calibration data"] == x[1000:1100].astype(np.float32).nbytes
     # fc1's factor: its 800 x 800 inputs in float64; conv2's 500 x 500
     assert parts["compensation factors"] == 8 * (800 * 800 + 500 * 500)
-    assert parts["compensated weights kept"] == 4 * (50 * 5 * 5 * 20 + 500 * 800)  # conv2, fc1 in float32
+    # conv2 and fc1 at their bounds, and fc1, the larger, at another (a verification trial's), in float32
+    assert parts["compensated weights kept"] == 4 * (50 * 5 * 5 * 20 + 500 * 800 + 500 * 800)
     assert parts["a Hessian at work"] == 3 * 8 * 800 * 800 + 3 * 8 * gptq.PATCH_VALUES
 
 
