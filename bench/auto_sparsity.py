@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from machine import machine_info  # noqa: E402
+from machine import commit, machine_info  # noqa: E402
 from results import of_fixed  # noqa: E402
 
 from pydsz.budget.rule import Budget
@@ -64,19 +64,12 @@ HAND = {"fc1": 0.93, "fc2": 0.9, "fc3": 0.7}
 FIXED_LOSS = 0.003  # the budget the LeNets' hand schedules are compressed within (bench/reference.py's)
 
 
-def _commit() -> str:
-    import subprocess
-
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip()
-
-
 def _row(case, method, model, result, tests, seconds, **extra) -> dict:
     decoded = container.load(result.dsz).tflite_bytes()
     losses = {name: runtime.accuracy(model, *data) - runtime.accuracy(decoded, *data) for name, data in tests.items()}
     row = {"case": case, "method": method, "ratio": result.ratio, "file_ratio": result.file_ratio,
            "test_loss": losses, "val_after": result.after, "seconds": seconds,
-           "commit": _commit(), **extra}
+           "commit": commit(), **extra}
     print(f"[{time.strftime('%H:%M:%S')}] {case} {method}: {result.ratio:.1f}x, test loss "
           + ", ".join(f"{k} {100 * v:+.2f}" for k, v in losses.items()) + f" ({seconds:.0f} s)", flush=True)
     return row

@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 from auto_draws import BUDGET, LIKE_VAL, _inputs, run_case  # noqa: E402
-from auto_sparsity import HELDOUT, _commit  # noqa: E402
-from machine import machine_info  # noqa: E402
+from auto_sparsity import HELDOUT  # noqa: E402
+from machine import commit, machine_info  # noqa: E402
 
 from pydsz.budget.rule import Budget  # noqa: E402
 from pydsz.compress.pipeline import compress  # noqa: E402
@@ -71,13 +71,13 @@ def fixed_points(model: bytes, calibration: np.ndarray, like_val: tuple, test: t
     if not plans:
         return points
     before = {name: runtime.accuracy(model, *data) for name, data in (("like-val", like_val), ("test10k", test))}
-    commit = _commit()
+    head = commit()
     for plan in tqdm(plans, desc="fixed one-shot plans"):
         pruned = prune_layers(model, calibration, plan).tflite
         for budget in COMPRESSION:
             result = compress(pruned, *like_val, Budget("top1", budget, margin=0))
             decoded = container.load(result.dsz).tflite_bytes()
-            points.append({"sparsity": plan, "compression": budget, "ratio": result.ratio, "commit": commit,
+            points.append({"sparsity": plan, "compression": budget, "ratio": result.ratio, "commit": head,
                            **{name: before[name] - runtime.accuracy(decoded, *data)
                               for name, data in (("like-val", like_val), ("test10k", test))}})
     return points
@@ -116,7 +116,7 @@ def main() -> int:
     like_val = (_inputs(case, x[LIKE_VAL]), y[LIKE_VAL])
     test = load_npz(HELDOUT / f"{case}-test10k.npz")
     start = time.perf_counter()
-    known, frontier_seconds, points_commit = [], 0.0, _commit()
+    known, frontier_seconds, points_commit = [], 0.0, commit()
     if args.points:
         earlier = json.loads(Path(args.points).read_text())
         known, frontier_seconds = earlier["points"], earlier["summary"]["frontier_seconds"]
@@ -137,7 +137,7 @@ def main() -> int:
                "efficiency_median": statistics.median(effs) if effs else None,
                "efficiency_min": min(effs) if effs else None, "at_least_0.9": sum(e >= 0.9 for e in effs),
                "oracle": oracle, "points": len(points), "frontier_seconds": frontier_seconds}
-    Path(args.json).write_text(json.dumps({"machine": machine_info(), "commit": _commit(),
+    Path(args.json).write_text(json.dumps({"machine": machine_info(), "commit": commit(),
                                            "points_commit": points_commit, "case": case,
                                            "budget": BUDGET, "grid": GRID, "compression": COMPRESSION,
                                            "summary": summary, "rows": rows, "points": points}, indent=1))

@@ -68,7 +68,7 @@ import zoo_classifiers  # noqa: E402  (bench/builders/zoo_classifiers.py)
 import zoo_data  # noqa: E402  (bench/builders/zoo_data.py)
 
 import pydsz  # noqa: E402
-from bench.machine import machine_info  # noqa: E402
+from bench.machine import commit, machine_info  # noqa: E402
 from pydsz.bench.anchors import Judge  # noqa: E402
 from pydsz.bench.baselines import lossless  # noqa: E402
 from pydsz.bench.headtohead import Files, int_b, size_at  # noqa: E402
@@ -312,15 +312,6 @@ def plot(rows: list, path: Path) -> None:
 BUDGETS, CLASSIFIER_BUDGETS = "0.01", "0.005,0.01"
 
 
-def _commit() -> str:
-    """HEAD, marked where the tree the run imports differs from it."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-    return git("rev-parse", "--short", "HEAD") + (" (uncommitted changes)" if git("status", "--porcelain",
-                                                                                   "pydsz", "bench") else "")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(m.name for m in zoo_data.MODELS),
@@ -340,7 +331,8 @@ def main() -> int:
     sets = {"classifiers": list(zoo_classifiers.BY_NAME),
             "all": [m.name for m in zoo_data.MODELS] + list(zoo_classifiers.BY_NAME)}
     names = [name for given in args.models.split(",") for name in sets.get(given, [given])]
-    record = {"machine": machine_info(pydsz=pydsz.__version__), "commit": _commit(), "complete": False, "runs": []}
+    record = {"machine": machine_info(pydsz=pydsz.__version__), "commit": commit(("pydsz", "bench")), "complete": False,
+              "runs": []}
     for name in names:
         given = args.budgets or (CLASSIFIER_BUDGETS if name in zoo_classifiers.BY_NAME else BUDGETS)
         budgets = [b if b == "input" else float(b) for b in given.split(",")]
