@@ -90,9 +90,16 @@ def calibrate(log_p: np.ndarray, y) -> np.ndarray:
 
 def change(q: np.ndarray, after: np.ndarray, y) -> float:
     """The correct answers a model whose calibrated probabilities on some samples are `q` (`calibrate`)
-    loses where another's log-probabilities (or logits) are `after`, summed, judged by what the two models
-    know together: a sample whose class moves from a to b loses p(a) - p(b), p the mixture of the two
-    models' calibrated probabilities that gives the labels `y` the largest likelihood.
+    loses where another's log-probabilities (or logits) are `after`, summed (`changes`)."""
+    return float(np.sum(changes(q, after, y)))
+
+
+def changes(q: np.ndarray, after: np.ndarray, y) -> np.ndarray:
+    """Each sample's share of `change`, judged by what the two models know together: a sample whose class
+    moves from a to b loses p(a) - p(b), p the mixture of the two models' calibrated probabilities that
+    gives the labels `y` the largest likelihood. The sum's noise is the root of their sum of squares:
+    a moved sample whose two classes the mixture finds about as likely counts little either way, where
+    the labels count it a whole coin toss.
 
     By one model's probabilities alone every prediction the other makes differently is a loss. That holds
     for a copy of the model (compressed, pruned one-shot), not for one retrained on the labels: on mlp-d's
@@ -107,4 +114,4 @@ def change(q: np.ndarray, after: np.ndarray, y) -> float:
     best = float(MIXTURES[int(np.argmax(likelihood))])
     truth = best * q + (1 - best) * other
     a, b = np.argmax(q, axis=1), np.argmax(after, axis=1)
-    return float(np.sum(truth[rows, a] - truth[rows, b]))
+    return truth[rows, a] - truth[rows, b]

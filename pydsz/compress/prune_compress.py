@@ -113,8 +113,10 @@ def compress_pruned(tflite_bytes: bytes, x, y=None, budget: Union[None, float, B
         share_budget = replace(budget, max_loss=share * max_loss)
         try:
             if retrain:
+                # the labels check the file within the whole budget: the plan's own count on them may reach it
                 pruned = retraining.prune_model(data, train, (x, y), "auto", settings=pruning.settings,
-                                                auto_budget=share_budget, run=replace(run, executor=None))
+                                                auto_budget=share_budget, checked=max_loss,
+                                                run=replace(run, executor=None))
             else:  # its trials judged in the decisions' metric alone: the labels check the file, below
                 pruned = _oneshot(data, calibration, (x, y), layers, share_budget.decisions(y is not None), run,
                                   compensation.groups)
